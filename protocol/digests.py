@@ -1,0 +1,43 @@
+"""Chunk digests. Pure functions over bytes; which algorithm is the hub's choice.
+
+xxh3-128 is the default: on this project's reference machine it hashed 4 MiB
+chunks at ~17 GB/s against ~1.6 GB/s for blake3 (single thread) and ~1.9 GB/s for
+sha256 (``python -m loadtest.bench_digests``). The digest guards against
+corruption on the WAN and on disk, not against a malicious hub (the hub is the
+source of truth; TLS protects the link).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import xxhash
+
+DEFAULT_DIGEST_ALG = "xxh3-128"
+
+
+def _blake3(data: bytes | memoryview) -> bytes:
+    import blake3  # optional: only needed when a hub is configured to use it
+
+    return bytes(blake3.blake3(data).digest())
+
+
+_DIGESTERS: dict[str, Callable[[bytes | memoryview], bytes]] = {
+    "xxh3-128": lambda data: xxhash.xxh3_128_digest(data),
+    "sha256": lambda data: hashlib.sha256(data).digest(),
+    "blake3": _blake3,
+}
+
+
+def digest(alg: str, data: bytes | memoryview) -> bytes:
+    """The ``alg`` digest of ``data``; ``ValueError`` for an unknown algorithm."""
+    try:
+        digester = _DIGESTERS[alg]
+    except KeyError:
+        raise ValueError(f"unknown digest algorithm {alg!r}") from None
+    return digester(data)
+
+
+def digest_algorithms() -> tuple[str, ...]:
+    return tuple(_DIGESTERS)

@@ -1,0 +1,54 @@
+"""The protocol's error tree.
+
+Every error carries the HTTP status it most likely maps to (``status_hint``), the
+way h11's ``ProtocolError.error_status_hint`` does, so the servers translate them
+in one middleware instead of in every handler.
+"""
+
+from __future__ import annotations
+
+
+class ProtocolError(Exception):
+    """Base of every error raised by :mod:`protocol`."""
+
+    status_hint: int = 400
+    title: str = "Bad Request"
+
+
+class BadPath(ProtocolError):
+    """An object path that is not a plain relative path inside the namespace."""
+
+    title = "Bad object path"
+
+
+class BadSize(ProtocolError):
+    """A size string such as ``4MiB`` that does not parse."""
+
+    title = "Bad size"
+
+
+class RangeNotSatisfiable(ProtocolError):
+    """No range in a ``Range`` header overlaps the object (RFC 9110 §15.5.17).
+
+    Carries the object's size so the 416 answer can say ``Content-Range: bytes */N``.
+    """
+
+    status_hint = 416
+    title = "Range Not Satisfiable"
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"no requested range overlaps the object's {size} bytes")
+        self.size = size
+
+
+class TooManyRanges(ProtocolError):
+    """A ``Range`` header listing more ranges than we are willing to consider."""
+
+    title = "Too many ranges"
+
+
+class ManifestError(ProtocolError):
+    """A manifest that does not decode or does not validate."""
+
+    status_hint = 502
+    title = "Bad manifest"

@@ -1,0 +1,114 @@
+"""The manifest: what a spoke needs to know to cache an object chunk by chunk.
+
+Encoded as a msgpack map with the keys ``path, size, etag, chunk_size,
+digest_alg, digests`` (one digest per chunk) and ``mtime`` (seconds since the
+epoch, for ``Last-Modified``). Everything that comes off the wire is validated:
+a manifest that decodes is a manifest the spoke can trust structurally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from protocol.chunks import chunk_count
+from protocol.errors import ManifestError, ProtocolError
+from protocol.paths import validate_path
+
+DIGEST_SIZES = {"xxh3-128": 16, "blake3": 32, "sha256": 32}
+# 64 GiB objects with 64 KiB chunks stay well under this; it bounds decoding work.
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """One version (etag) of one object, and the digest of each of its chunks."""
+
+    path: str
+    size: int
+    etag: str
+    chunk_size: int
+    digest_alg: str
+    digests: tuple[bytes, ...]
+    mtime: int = 0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.digests)
+
+
+def encode_manifest(manifest: Manifest) -> bytes:
+    """The msgpack bytes of ``manifest``."""
+    return msgpack.packb(
+        {
+            "path": manifest.path,
+            "size": manifest.size,
+            "etag": manifest.etag,
+            "chunk_size": manifest.chunk_size,
+            "digest_alg": manifest.digest_alg,
+            "digests": list(manifest.digests),
+            "mtime": manifest.mtime,
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_manifest(data: bytes) -> Manifest:
+    """Decode and validate manifest bytes; raises :class:`ManifestError` on anything off."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises a zoo of types for bad input
+        raise ManifestError(f"manifest does not decode: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ManifestError("manifest is not a map")
+    try:
+        return Manifest(
+            path=_field(raw, "path", str),
+            size=_field(raw, "size", int),
+            etag=_field(raw, "etag", str),
+            chunk_size=_field(raw, "chunk_size", int),
+            digest_alg=_field(raw, "digest_alg", str),
+            digests=tuple(_digests(raw)),
+            mtime=raw.get("mtime", 0) if isinstance(raw.get("mtime", 0), int) else -1,
+        )
+    except ManifestError:
+        raise
+    except ProtocolError as exc:
+        raise ManifestError(str(exc)) from None
+
+
+def _field(raw: dict[Any, Any], name: str, kind: type[Any]) -> Any:
+    value = raw.get(name)
+    # bool is an int subclass; a manifest saying size=True is malformed.
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ManifestError(f"manifest field {name!r} missing or not {kind.__name__}")
+    return value
+
+
+def _digests(raw: dict[Any, Any]) -> list[bytes]:
+    digests = raw.get("digests")
+    if not isinstance(digests, list) or not all(isinstance(d, bytes) for d in digests):
+        raise ManifestError("manifest field 'digests' missing or not a list of bytes")
+    return digests
+
+
+def _validate(m: Manifest) -> None:
+    validate_path(m.path)
+    if m.size < 0 or m.chunk_size <= 0 or m.mtime < 0:
+        raise ManifestError("manifest size, chunk_size or mtime out of range")
+    if not (m.etag.startswith('"') and m.etag.endswith('"') and len(m.etag) >= 2):
+        raise ManifestError("manifest etag is not a strong entity tag")
+    digest_size = DIGEST_SIZES.get(m.digest_alg)
+    if digest_size is None:
+        raise ManifestError(f"unknown digest algorithm {m.digest_alg!r}")
+    if len(m.digests) != chunk_count(m.size, m.chunk_size):
+        raise ManifestError("manifest digest count does not match size and chunk_size")
+    if any(len(d) != digest_size for d in m.digests):
+        raise ManifestError(f"{m.digest_alg} digests must be {digest_size} bytes")

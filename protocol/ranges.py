@@ -1,0 +1,129 @@
+"""HTTP byte ranges (RFC 9110 §14).
+
+Inside the project ranges are half-open ``[start, stop)``; HTTP's inclusive
+last-byte position exists only in this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.errors import RangeNotSatisfiable, TooManyRanges
+
+# A loader batching samples may send a few hundred ranges; thousands are abuse. The
+# cap keeps parsing cost bounded (RFC 9110 §14.2 lets a server ignore or reject
+# requests with many small or overlapping ranges).
+MAX_RANGES = 256
+# Longer headers are never legitimate for MAX_RANGES ranges of 20-digit numbers.
+MAX_RANGE_HEADER_BYTES = MAX_RANGES * 44
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """A half-open byte range ``[start, stop)`` within an object."""
+
+    start: int
+    stop: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= self.stop:
+            raise ValueError(f"invalid byte range [{self.start}, {self.stop})")
+
+    @property
+    def length(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """One range-spec as written: ``first-last``, ``first-`` or ``-suffix``."""
+
+    first: int | None
+    last: int | None
+
+
+def parse_range(header: str, size: int) -> list[ByteRange] | None:
+    """Resolve a ``Range`` header against an object of ``size`` bytes.
+
+    Returns the satisfiable ranges, clipped to the object, in the order written;
+    ``None`` when the header does not parse (RFC 9110 §14.2: the server then
+    ignores it and answers 200).
+
+    Raises :class:`RangeNotSatisfiable` when it parses but nothing overlaps the
+    object, and :class:`TooManyRanges` when it lists more than ``MAX_RANGES``.
+    """
+    specs = _parse_specs(header)
+    if specs is None:
+        return None
+    ranges = [r for r in (_resolve(spec, size) for spec in specs) if r is not None]
+    if not ranges:
+        raise RangeNotSatisfiable(size)
+    return ranges
+
+
+def _parse_specs(header: str) -> list[_Spec] | None:
+    if len(header) > MAX_RANGE_HEADER_BYTES:
+        raise TooManyRanges(f"Range header longer than {MAX_RANGE_HEADER_BYTES} bytes")
+    unit, sep, rest = header.partition("=")
+    if not sep or unit.strip().lower() != "bytes":
+        return None
+    parts = [p.strip() for p in rest.split(",")]
+    # RFC 9110 §5.6.1: empty list elements are allowed and ignored.
+    parts = [p for p in parts if p]
+    if not parts:
+        return None
+    if len(parts) > MAX_RANGES:
+        raise TooManyRanges(f"more than {MAX_RANGES} ranges in one request")
+    specs = [_parse_spec(p) for p in parts]
+    if any(s is None for s in specs):
+        return None
+    return [s for s in specs if s is not None]
+
+
+def _parse_spec(text: str) -> _Spec | None:
+    first_text, sep, last_text = text.partition("-")
+    if not sep:
+        return None
+    first = _parse_digits(first_text)
+    last = _parse_digits(last_text)
+    if (first_text and first is None) or (last_text and last is None):
+        return None
+    if first is None and last is None:
+        return None
+    if first is not None and last is not None and last < first:
+        return None  # §14.1.1: last-pos < first-pos makes the spec invalid
+    return _Spec(first, last)
+
+
+def _parse_digits(text: str) -> int | None:
+    # str.isdigit() accepts non-ASCII digits such as '²'; HTTP means ASCII only.
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def _resolve(spec: _Spec, size: int) -> ByteRange | None:
+    if spec.first is None:
+        assert spec.last is not None
+        if spec.last == 0:
+            return None  # a zero-length suffix selects nothing (§14.1.3)
+        return ByteRange(max(0, size - spec.last), size)
+    if spec.first >= size:
+        return None
+    stop = size if spec.last is None else min(spec.last + 1, size)
+    return ByteRange(spec.first, stop)
+
+
+def content_range(r: ByteRange, size: int) -> str:
+    """The ``Content-Range`` value for a 206 carrying ``r`` (RFC 9110 §14.4)."""
+    return f"bytes {r.start}-{r.stop - 1}/{size}"
+
+
+def unsatisfied_content_range(size: int) -> str:
+    """The ``Content-Range`` value for a 416 answer (RFC 9110 §15.5.17)."""
+    return f"bytes */{size}"
+
+
+def range_header(r: ByteRange) -> str:
+    """The ``Range`` request header asking for ``r``."""
+    return f"bytes={r.start}-{r.stop - 1}"

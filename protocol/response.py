@@ -1,0 +1,145 @@
+"""What to answer to ``GET``/``HEAD /objects/{path}``, decided without any I/O.
+
+Both servers feed the request headers and the object's :class:`Representation`
+in and get a :class:`ResponsePlan` out: status, headers and the body as an
+ordered list of literal bytes (multipart framing) and object byte ranges. The
+hub and the spoke then only differ in where the range bytes come from, which is
+what keeps a loader unable to tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+
+from protocol.conditional import evaluate_preconditions, http_date, if_range_holds
+from protocol.ranges import ByteRange, content_range, parse_range
+
+BodyPart = bytes | ByteRange
+
+
+@dataclass(frozen=True, slots=True)
+class Representation:
+    """The selected representation of an object: what its headers describe."""
+
+    size: int
+    etag: str
+    mtime: int
+    content_type: str = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsePlan:
+    """Status, headers and body layout of one response."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: tuple[BodyPart, ...]
+
+    @property
+    def content_length(self) -> int:
+        return sum(len(p) if isinstance(p, bytes) else p.length for p in self.body)
+
+    @property
+    def ranges(self) -> list[ByteRange]:
+        """The object ranges the body needs, in order."""
+        return [p for p in self.body if isinstance(p, ByteRange)]
+
+
+def plan_response(
+    method: str, headers: Mapping[str, str], rep: Representation, boundary: str
+) -> ResponsePlan:
+    """Plan the answer to a ``GET`` or ``HEAD`` of ``rep``.
+
+    ``boundary`` separates multipart/byteranges parts; pass a fresh random one.
+    Raises :class:`~protocol.conditional.PreconditionFailed` (412),
+    :class:`~protocol.errors.RangeNotSatisfiable` (416) and
+    :class:`~protocol.errors.TooManyRanges` (400).
+    """
+    common = (
+        ("Accept-Ranges", "bytes"),
+        ("ETag", rep.etag),
+        ("Last-Modified", http_date(rep.mtime)),
+    )
+    forced = evaluate_preconditions(method, headers, rep.etag, rep.mtime)
+    if forced is not None:
+        return ResponsePlan(forced, common, ())
+    ranges = _requested_ranges(headers, rep)
+    if ranges is None:
+        return _whole(common, rep)
+    if len(ranges) == 1:
+        return _single_part(common, rep, ranges[0])
+    return _multipart(common, rep, ranges, boundary)
+
+
+def _requested_ranges(headers: Mapping[str, str], rep: Representation) -> list[ByteRange] | None:
+    header = headers.get("Range")
+    if header is None or not if_range_holds(headers, rep.etag, rep.mtime):
+        return None
+    ranges = parse_range(header, rep.size)
+    return None if ranges is None else _bounded(ranges)
+
+
+def _bounded(ranges: list[ByteRange]) -> list[ByteRange]:
+    """Merge ranges that overlap so a response never repeats object bytes.
+
+    RFC 9110 §14.2 lets a server coalesce ranges; doing it only when some overlap
+    keeps the order a loader asked for in the common (disjoint) case and bounds
+    the body to at most the object's size.
+    """
+    ordered = sorted(ranges, key=lambda r: r.start)
+    overlap = any(b.start < a.stop for a, b in pairwise(ordered))
+    if not overlap:
+        return ranges
+    merged = [ordered[0]]
+    for r in ordered[1:]:
+        last = merged[-1]
+        if r.start <= last.stop:
+            merged[-1] = ByteRange(last.start, max(last.stop, r.stop))
+        else:
+            merged.append(r)
+    return merged
+
+
+def _whole(common: tuple[tuple[str, str], ...], rep: Representation) -> ResponsePlan:
+    body: tuple[BodyPart, ...] = (ByteRange(0, rep.size),) if rep.size else ()
+    headers = (*common, ("Content-Type", rep.content_type), ("Content-Length", str(rep.size)))
+    return ResponsePlan(200, headers, body)
+
+
+def _single_part(
+    common: tuple[tuple[str, str], ...], rep: Representation, r: ByteRange
+) -> ResponsePlan:
+    headers = (
+        *common,
+        ("Content-Type", rep.content_type),
+        ("Content-Range", content_range(r, rep.size)),
+        ("Content-Length", str(r.length)),
+    )
+    return ResponsePlan(206, headers, (r,))
+
+
+def _multipart(
+    common: tuple[tuple[str, str], ...],
+    rep: Representation,
+    ranges: list[ByteRange],
+    boundary: str,
+) -> ResponsePlan:
+    # RFC 9110 §14.6: each part has its own Content-Type and Content-Range.
+    body: list[BodyPart] = []
+    for i, r in enumerate(ranges):
+        lead = "\r\n" if i else ""
+        head = (
+            f"{lead}--{boundary}\r\nContent-Type: {rep.content_type}\r\n"
+            f"Content-Range: {content_range(r, rep.size)}\r\n\r\n"
+        )
+        body += [head.encode("ascii"), r]
+    body.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
+    length = sum(len(p) if isinstance(p, bytes) else p.length for p in body)
+    headers = (
+        *common,
+        ("Content-Type", f"multipart/byteranges; boundary={boundary}"),
+        ("Content-Length", str(length)),
+    )
+    return ResponsePlan(206, headers, tuple(body))
