@@ -8,6 +8,7 @@ by weak comparison.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
 from email.utils import formatdate, parsedate_to_datetime
 
 from protocol.errors import ProtocolError
@@ -32,7 +33,8 @@ def parse_http_date(text: str) -> int | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if parsed.tzinfo is None:
-        return None
+        # asctime dates carry no zone; every HTTP-date is GMT (RFC 9110 §5.6.7).
+        parsed = parsed.replace(tzinfo=UTC)
     try:
         return int(parsed.timestamp())
     except (OverflowError, ValueError, OSError):

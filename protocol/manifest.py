@@ -76,7 +76,7 @@ def decode_manifest(data: bytes) -> Manifest:
             chunk_size=_field(raw, "chunk_size", int),
             digest_alg=_field(raw, "digest_alg", str),
             digests=tuple(_digests(raw)),
-            mtime=raw.get("mtime", 0) if isinstance(raw.get("mtime", 0), int) else -1,
+            mtime=raw.get("mtime", 0) if type(raw.get("mtime", 0)) is int else -1,
         )
     except ManifestError:
         raise
@@ -103,7 +103,12 @@ def _validate(m: Manifest) -> None:
     validate_path(m.path)
     if m.size < 0 or m.chunk_size <= 0 or m.mtime < 0:
         raise ManifestError("manifest size, chunk_size or mtime out of range")
-    if not (m.etag.startswith('"') and m.etag.endswith('"') and len(m.etag) >= 2):
+    if not (
+        m.etag.startswith('"')
+        and m.etag.endswith('"')
+        and len(m.etag) >= 2
+        and all(c == "!" or "#" <= c <= "~" or "\x80" <= c <= "\xff" for c in m.etag[1:-1])
+    ):  # RFC 9110 §8.8.3: etagc = %x21 / %x23-7E / obs-text
         raise ManifestError("manifest etag is not a strong entity tag")
     digest_size = DIGEST_SIZES.get(m.digest_alg)
     if digest_size is None:

@@ -72,4 +72,7 @@ def _decodings(segment: str) -> list[str]:
         if decoded == forms[-1]:
             break
         forms.append(decoded)
+    else:
+        if unquote(forms[-1], errors="surrogateescape") != forms[-1]:
+            raise BadPath("path segment is percent-encoded too many times")
     return forms

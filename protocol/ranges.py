@@ -99,14 +99,17 @@ def _parse_digits(text: str) -> int | None:
     # str.isdigit() accepts non-ASCII digits such as '²'; HTTP means ASCII only.
     if not text or not text.isascii() or not text.isdigit():
         return None
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:  # more digits than sys.get_int_max_str_digits(): not a real position
+        return None
 
 
 def _resolve(spec: _Spec, size: int) -> ByteRange | None:
     if spec.first is None:
         assert spec.last is not None
-        if spec.last == 0:
-            return None  # a zero-length suffix selects nothing (§14.1.3)
+        if spec.last == 0 or size == 0:
+            return None  # a zero-length suffix, or any suffix of an empty object, selects nothing
         return ByteRange(max(0, size - spec.last), size)
     if spec.first >= size:
         return None

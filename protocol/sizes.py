@@ -30,7 +30,10 @@ def parse_size(text: str) -> int:
     factor = _UNITS.get(unit.upper())
     if factor is None:
         raise BadSize(f"unknown size unit {unit!r} in {text!r}; use KiB, MiB, GiB or TiB")
-    return int(float(number) * factor) if "." in number else int(number) * factor
+    try:
+        return int(float(number) * factor) if "." in number else int(number) * factor
+    except (OverflowError, ValueError):  # float inf, or more digits than int() accepts
+        raise BadSize(f"size {text!r} is too large") from None
 
 
 def format_size(size_bytes: int) -> str:

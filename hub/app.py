@@ -1,0 +1,37 @@
+"""make_app(config): the hub's routes and shared objects."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from hub import handlers
+from hub.backend import Backend, FilesystemBackend
+from hub.config import HubConfig
+from hub.manifests import ManifestCache
+from hub.stats import HubStats
+from service.metrics import make_registry
+from service.problem import Handler, problem_middleware
+
+
+def make_app(config: HubConfig, backend: Backend | None = None) -> web.Application:
+    """The hub application; ``backend`` defaults to the files under ``config.root``."""
+    stats = HubStats()
+
+    @web.middleware
+    async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+        stats.requests += 1
+        return await handler(request)
+
+    app = web.Application(middlewares=[count_requests, problem_middleware])
+    backend = backend or FilesystemBackend(config.root)
+    app[handlers.BACKEND] = backend
+    app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg)
+    app[handlers.STATS] = stats
+    app[handlers.REGISTRY] = make_registry(stats.series())
+    app.router.add_get("/objects/{path:.+}", handlers.get_object)  # GET also routes HEAD
+    app.router.add_get("/manifest/{path:.+}", handlers.get_manifest)
+    app.router.add_get("/list/{prefix:.*}", handlers.get_list)
+    app.router.add_get("/list", handlers.get_list)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/metrics", handlers.metrics)
+    return app

@@ -1,0 +1,63 @@
+"""problem+json (RFC 9457) errors, and the one middleware that produces them.
+
+Handlers raise; this middleware translates. :class:`protocol.errors.ProtocolError`
+subclasses carry their status, aiohttp's own HTTP exceptions (404 for an unknown
+route, 405, 413) keep theirs, and anything unexpected is logged and answered 500
+so a bug is visible instead of a dropped connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from protocol.errors import ProtocolError, RangeNotSatisfiable
+from protocol.ranges import unsatisfied_content_range
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def problem_response(
+    status: int, title: str, detail: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """A problem+json response with ``status``, ``title`` and ``detail``."""
+    body = json.dumps({"type": "about:blank", "status": status, "title": title, "detail": detail})
+    return web.Response(
+        status=status, text=body, content_type=PROBLEM_JSON, headers=headers or {}
+    )
+
+
+def error_headers(exc: ProtocolError) -> dict[str, str]:
+    """Headers an error adds to its answer (416's Content-Range, 503's Retry-After)."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, RangeNotSatisfiable):
+        headers["Content-Range"] = unsatisfied_content_range(exc.size)
+    retry_after = getattr(exc, "retry_after_s", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
+    return headers
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ProtocolError as exc:
+        return problem_response(exc.status_hint, exc.title, str(exc), error_headers(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return problem_response(exc.status, exc.reason, exc.text or exc.reason, headers)
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception:
+        logger.exception("unhandled error serving %s %s", request.method, request.path)
+        return problem_response(500, "Internal Server Error", "unexpected server error")

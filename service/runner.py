@@ -1,0 +1,55 @@
+"""Run an aiohttp app in the foreground until SIGINT/SIGTERM.
+
+Prints ``listening on http://HOST:PORT`` on stderr once the socket accepts, which
+is how scripts and tests learn the port chosen for ``--port 0``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+# Long enough for a 4 MiB chunk to finish on a slow link, short enough that a
+# stop does not hang on a stalled client.
+SHUTDOWN_TIMEOUT_S = 5.0
+
+
+async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start serving ``app``; returns the runner and the bound port."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1]
+    return runner, int(bound)
+
+
+async def serve_forever(app: web.Application, host: str, port: int) -> None:
+    runner, bound = await start_site(app, host, port)
+    print(f"listening on http://{host}:{bound}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logger.info("stopping")
+    await runner.cleanup()
+    logger.info("stopped")
+
+
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``main`` on uvloop when available (the project's chosen loop)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        asyncio.run(main())
+        return
+    uvloop.run(main())
