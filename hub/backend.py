@@ -8,13 +8,13 @@ a thread executor.
 from __future__ import annotations
 
 import hashlib
-import mimetypes
 import os
 import stat
 from dataclasses import dataclass
 from typing import Protocol
 
 from protocol.errors import BadPath, ProtocolError
+from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 
 
@@ -55,12 +55,6 @@ class Backend(Protocol):
     def list(self, prefix: str) -> list[ObjectInfo]: ...
 
     def still_current(self, info: ObjectInfo) -> bool: ...
-
-
-def content_type_for(path: str) -> str:
-    """The media type both servers announce for ``path`` (same on hub and spoke)."""
-    guessed, encoding = mimetypes.guess_type(path, strict=True)
-    return guessed if guessed and not encoding else "application/octet-stream"
 
 
 def etag_for(st: os.stat_result) -> str:

@@ -6,12 +6,15 @@ reads its file, the spoke its chunks. This module only frames them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
 from protocol.ranges import ByteRange
 from protocol.response import ResponsePlan
+
+logger = logging.getLogger(__name__)
 
 RangeWriter = Callable[[ByteRange, web.StreamResponse], Awaitable[None]]
 
@@ -35,10 +38,20 @@ async def send_plan(
     await response.prepare(request)
     if request.method == "HEAD" or plan.status == 304:
         return response
-    for part in plan.body:
-        if isinstance(part, bytes):
-            await response.write(part)
-        else:
-            await write_range(part, response)
+    try:
+        for part in plan.body:
+            if isinstance(part, bytes):
+                await response.write(part)
+            else:
+                await write_range(part, response)
+    except ConnectionError:
+        raise  # the client went away; aiohttp handles that quietly
+    except Exception as exc:
+        # Headers are gone: the only honest signal left is a cut connection, which
+        # the client sees as a short body. Never pad or splice other bytes in.
+        logger.warning("aborting %s %s mid-body: %s", request.method, request.path, exc)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
     await response.write_eof()
     return response

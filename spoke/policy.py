@@ -253,7 +253,10 @@ class ARCPolicy(Generic[K]):
         return {name: list(queue) for name, queue in queues.items()}
 
     def admit(self, key: K) -> None:
-        """Adapt p on a ghost hit: a B1 hit favours recency (p grows), B2 frequency."""
+        """Adapt p on a ghost hit: a B1 hit favours recency (p grows), B2 frequency.
+
+        Only admit() adapts p; insert() of a ghost key moves it to T2 without adapting.
+        """
         # The ghost stays in B1/B2 until insert(): evict(key) must still see it in B2.
         if key in self._b1:
             step = _delta(self._b1.size_of(key), self._b2.bytes, self._b1.bytes)
@@ -276,7 +279,7 @@ class ARCPolicy(Generic[K]):
         if not self._t1 and not self._t2:
             return None
         over_target = self._t1.bytes > self._p
-        # The paper's "x in B2 and |T1| = p": a B2 hit shrank p, so T1 at target yields.
+        # The paper's tie-break "x in B2 and |T1| = p": a B2 hit says T2 is worth more.
         at_target_for_b2_hit = incoming in self._b2 and self._t1.bytes >= self._p
         if self._t1 and (over_target or at_target_for_b2_hit or not self._t2):
             return self._t1

@@ -1,0 +1,41 @@
+"""``python -m spoke serve|verify``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from service.cli import environ, setup_logging
+from service.runner import run, serve_forever
+from spoke.app import make_app
+from spoke.config import config_from_args, parse_args
+from spoke.index import ChunkIndex
+from spoke.scrub import scrub
+from spoke.store import ChunkStore
+
+logger = logging.getLogger("spoke")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv, environ())
+    if args.command == "verify":
+        setup_logging("info")
+        index = ChunkIndex(args.cache_dir)
+        try:
+            report = scrub(ChunkStore(args.cache_dir), index)
+        finally:
+            index.close()
+        print(json.dumps({"checked": report.checked, "bad": report.bad,
+                          "missing": report.missing}))
+        return 1 if report.bad else 0
+    config = config_from_args(args)
+    setup_logging(config.log_level)
+    logger.info("caching %s in %s (capacity %d bytes, %s)", config.hub_url, config.cache_dir,
+                config.capacity_bytes, config.policy)
+    run(lambda: serve_forever(make_app(config), config.host, config.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

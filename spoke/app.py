@@ -1,0 +1,78 @@
+"""make_app(config): the spoke's routes and the objects they share."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from service.metrics import make_registry
+from service.problem import problem_middleware
+from spoke import handlers
+from spoke.cache import ChunkCache
+from spoke.config import SpokeConfig
+from spoke.hub_client import HubClient
+from spoke.index import ChunkIndex
+from spoke.policy import make_policy
+from spoke.scrub import scrub
+from spoke.stats import SpokeStats, stats_series
+from spoke.store import ChunkStore
+
+logger = logging.getLogger(__name__)
+
+
+def make_app(config: SpokeConfig) -> web.Application:
+    app = web.Application(middlewares=[problem_middleware])
+    app[handlers.CONFIG] = config
+    app.cleanup_ctx.append(_cache_context)
+    app.router.add_get("/objects/{path:.+}", handlers.get_object)
+    app.router.add_get("/list/{prefix:.*}", handlers.get_list)
+    app.router.add_get("/list", handlers.get_list)
+    app.router.add_get("/stats", handlers.get_stats)
+    app.router.add_delete("/cache/{path:.+}", handlers.delete_cache)
+    app.router.add_get("/healthz", handlers.healthz)
+    app.router.add_get("/metrics", handlers.metrics)
+    return app
+
+
+async def _cache_context(app: web.Application) -> AsyncIterator[None]:
+    config = app[handlers.CONFIG]
+    cache = await open_cache(config)
+    app[handlers.CACHE] = cache
+    app[handlers.REGISTRY] = make_registry(
+        stats_series(cache.stats, lambda: cache.used_bytes, cache.capacity_bytes)
+    )
+    try:
+        yield
+    finally:
+        await cache.close()
+        await cache.hub.close()
+
+
+async def open_cache(config: SpokeConfig) -> ChunkCache:
+    store = ChunkStore(config.cache_dir)
+    index = ChunkIndex(config.cache_dir)
+    if config.verify_on_start:
+        report = await asyncio.get_running_loop().run_in_executor(None, scrub, store, index)
+        logger.info("start-up scrub: %s", report)
+    hub = HubClient(
+        config.hub_url,
+        connect_timeout_s=config.connect_timeout_s,
+        read_timeout_s=config.read_timeout_s,
+        max_connections=config.fetch_concurrency * 2,
+    )
+    await hub.start()
+    cache = ChunkCache(
+        store=store,
+        index=index,
+        policy=make_policy(config.policy, config.capacity_bytes),
+        hub=hub,
+        capacity_bytes=config.capacity_bytes,
+        meta_ttl_s=config.meta_ttl_s,
+        fetch_concurrency=config.fetch_concurrency,
+        stats=SpokeStats(),
+    )
+    await cache.open()
+    return cache

@@ -1,0 +1,320 @@
+"""ChunkCache: the chunk store, the eviction policy, single-flight and the hub.
+
+Rule 1: a chunk is resident only after its bytes passed verification and were
+renamed into place, and its index row was written. Rule 2: bytes on disk never
+exceed the capacity: a fill reserves its size first, evicting as needed, and the
+victims' files are deleted before the new file is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cachetools import TTLCache
+
+from protocol.chunks import chunk_bounds
+from protocol.digests import digest
+from protocol.manifest import Manifest, decode_manifest
+from spoke.errors import ChunkCorrupt, HubTimeout, HubUnavailable, ObjectNotFound, VersionChanged
+from spoke.flight import SingleFlight
+from spoke.hub_client import HubClient
+from spoke.index import ChunkIndex, ChunkRow
+from spoke.keys import ChunkKey
+from spoke.policy import EvictionPolicy
+from spoke.stats import SpokeStats
+from spoke.store import ChunkStore
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Hashing a chunk this large on the event loop would stall other requests.
+_INLINE_DIGEST_BYTES = 256 << 10
+_ACCESS_FLUSH_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resident:
+    size: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A chunk ready to read: its bytes in memory (just fetched) or its name on disk."""
+
+    key: ChunkKey
+    data: bytes | None
+    hit: bool
+
+
+class ChunkGone(Exception):
+    """A resident chunk's file vanished between lookup and read (evicted, purged)."""
+
+
+class ChunkCache:
+    def __init__(
+        self,
+        *,
+        store: ChunkStore,
+        index: ChunkIndex,
+        policy: EvictionPolicy[Any],
+        hub: HubClient,
+        capacity_bytes: int,
+        meta_ttl_s: float,
+        fetch_concurrency: int,
+        stats: SpokeStats | None = None,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self.policy = policy
+        self.hub = hub
+        self.capacity_bytes = capacity_bytes
+        self.stats = stats or SpokeStats()
+        self._resident: dict[str, Resident] = {}
+        self._used_bytes = 0
+        self._reserved_bytes = 0
+        self._meta: TTLCache[str, Manifest] = TTLCache(maxsize=100_000, ttl=meta_ttl_s)
+        self._chunk_flights: SingleFlight[str, bytes] = SingleFlight()
+        self._manifest_flights: SingleFlight[str, Manifest] = SingleFlight()
+        self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
+        # SQLite connections belong to one thread; every index call goes through it.
+        self._db = ThreadPoolExecutor(1, thread_name_prefix="spoke-index")
+        self._accesses: dict[str, float] = {}
+        self._flusher: asyncio.Task[None] | None = None
+
+    # -- life cycle ---------------------------------------------------------
+
+    async def open(self) -> float:
+        """Load the persisted index and reconcile it with the files; returns seconds taken."""
+        started = time.perf_counter()
+        rows, on_disk, temps = await self._in_db(self._scan)
+        stale = [r.name for r in rows if on_disk.get(r.name) != r.size]
+        keep = [r for r in rows if on_disk.get(r.name) == r.size]
+        known = {r.name for r in rows}
+        orphans = [name for name in on_disk if name not in known]
+        for row in keep:  # least recently used first, so the policy order survives
+            if self._used_bytes + row.size > self.capacity_bytes:
+                stale.append(row.name)  # capacity was lowered since last run
+                continue
+            self._resident[row.name] = Resident(row.size, row.path)
+            self._used_bytes += row.size
+            self.policy.insert(row.name, row.size)
+        await self._in_db(self._drop_files, stale + orphans, stale)
+        self._flusher = asyncio.create_task(self._flush_accesses_forever())
+        took = time.perf_counter() - started
+        logger.info(
+            "cache opened: %d chunks, %d bytes, %d dropped, %d orphans, %d temp files, %.3f s",
+            len(self._resident), self._used_bytes, len(stale), len(orphans), temps, took,
+        )
+        return took
+
+    def _scan(self) -> tuple[list[ChunkRow], dict[str, int], int]:
+        temps = self.store.remove_temp_files()
+        return self.index.rows(), self.store.names(), temps
+
+    def _drop_files(self, names: list[str], rows: list[str]) -> None:
+        for name in names:
+            self.store.delete(name)
+        self.index.remove(rows)
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+        await self._flush_accesses()
+        await self._in_db(self.index.close)
+        self._db.shutdown(wait=True)
+
+    # -- metadata -----------------------------------------------------------
+
+    async def manifest(self, path: str) -> Manifest:
+        """The current manifest of ``path``: cached for the TTL, else from the hub."""
+        cached = self._meta.get(path)
+        if cached is not None:
+            return cached
+        manifest, _ = await self._manifest_flights.do(path, lambda: self._fetch_manifest(path))
+        return manifest
+
+    def invalidate(self, path: str) -> None:
+        """Forget the cached metadata of ``path``; the next read asks the hub."""
+        self._meta.pop(path, None)
+
+    async def _fetch_manifest(self, path: str) -> Manifest:
+        self.stats.manifest_fetches += 1
+        try:
+            manifest, body = await self.hub.fetch_manifest(path)
+        except ObjectNotFound:
+            self._meta.pop(path, None)
+            await self._in_db(self.index.delete_manifest, path)
+            raise
+        except (HubUnavailable, HubTimeout):
+            stale = await self._in_db(self.index.load_manifest, path)
+            if stale is None:
+                raise
+            # stale-if-error: cached chunks keep flowing while the hub is away.
+            self.stats.stale_manifests += 1
+            return decode_manifest(stale)
+        self._meta[path] = manifest
+        await self._in_db(self.index.save_manifest, path, body, time.time())
+        return manifest
+
+    # -- chunks -------------------------------------------------------------
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used_bytes
+
+    def is_cached(self, manifest: Manifest, index: int) -> bool:
+        return ChunkKey.of(manifest, index).name in self._resident
+
+    async def get(self, manifest: Manifest, index: int) -> Chunk:
+        """Chunk ``index`` of ``manifest``'s version: from disk, or fetched once from the hub."""
+        key = ChunkKey.of(manifest, index)
+        name = key.name
+        if name in self._resident:
+            self.stats.hits += 1
+            self.policy.touch(name)
+            self._accesses[name] = time.time()
+            return Chunk(key, None, True)
+        self.stats.misses += 1
+        data, joined = await self._chunk_flights.do(name, lambda: self._fill(key, manifest))
+        if joined:
+            self.stats.singleflight_joins += 1
+        return Chunk(key, data, False)
+
+    async def read(self, chunk: Chunk, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of ``chunk``; raises :class:`ChunkGone` if its file vanished."""
+        if chunk.data is not None:
+            return chunk.data[start:stop]
+        loop = asyncio.get_running_loop()
+        try:
+            data = await loop.run_in_executor(None, self.store.read, chunk.key.name, start, stop)
+        except FileNotFoundError:
+            self._forget(chunk.key.name)
+            raise ChunkGone(chunk.key.name) from None
+        if len(data) != stop - start:
+            self._forget(chunk.key.name)
+            raise ChunkGone(chunk.key.name)
+        return data
+
+    async def _fill(self, key: ChunkKey, manifest: Manifest) -> bytes:
+        name = key.name
+        if name in self._resident:  # filled by a flight that ended after our lookup
+            return await asyncio.get_running_loop().run_in_executor(None, self.store.read, name)
+        bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
+        victims, reserved = self._reserve(name, bounds.length)
+        try:
+            await self._in_db(self._drop_files, victims, victims)
+            data = await self._fetch(key, manifest)
+            if reserved:
+                await self._publish(key, manifest, data)
+            else:
+                self.stats.uncached_fills += 1
+            return data
+        finally:
+            if reserved:
+                self._reserved_bytes -= bounds.length
+
+    async def _fetch(self, key: ChunkKey, manifest: Manifest) -> bytes:
+        bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
+        try:
+            async with self._fetch_slots:
+                self.stats.hub_fetches += 1
+                data = await self.hub.fetch_range(key.path, key.etag, bounds)
+            self.stats.hub_bytes += len(data)
+            await self._verify(manifest, key.index, data)
+        except VersionChanged:
+            self.stats.fill_failures += 1
+            self.invalidate(key.path)
+            raise
+        except Exception:
+            self.stats.fill_failures += 1
+            raise
+        return data
+
+    async def _verify(self, manifest: Manifest, index: int, data: bytes) -> None:
+        if len(data) > _INLINE_DIGEST_BYTES:
+            loop = asyncio.get_running_loop()
+            actual = await loop.run_in_executor(None, digest, manifest.digest_alg, data)
+        else:
+            actual = digest(manifest.digest_alg, data)
+        if actual != manifest.digests[index]:
+            self.stats.verify_failures += 1
+            raise ChunkCorrupt(
+                f"chunk {index} of {manifest.path} failed {manifest.digest_alg} verification"
+            )
+
+    def _reserve(self, name: str, size: int) -> tuple[list[str], bool]:
+        """Make room for ``size`` bytes; returns the victims and whether room was found."""
+        self.policy.admit(name)
+        victims: list[str] = []
+        while self._used_bytes + self._reserved_bytes + size > self.capacity_bytes:
+            victim = self.policy.evict(name)
+            if victim is None:
+                break
+            resident = self._resident.pop(victim, None)
+            if resident is not None:
+                self._used_bytes -= resident.size
+                self.stats.evictions += 1
+                victims.append(victim)
+        if self._used_bytes + self._reserved_bytes + size > self.capacity_bytes:
+            return victims, False  # everything left is being filled: serve, don't store
+        self._reserved_bytes += size
+        return victims, True
+
+    async def _publish(self, key: ChunkKey, manifest: Manifest, data: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.store.write, key.name, data)
+        now = time.time()
+        row = ChunkRow(key.name, key.path, key.etag, len(data), manifest.digest_alg,
+                       manifest.digests[key.index], now, now)
+        await self._in_db(self.index.add, row)
+        self._resident[key.name] = Resident(len(data), key.path)
+        self._used_bytes += len(data)
+        self.policy.insert(key.name, len(data))
+
+    def _forget(self, name: str) -> None:
+        resident = self._resident.pop(name, None)
+        if resident is not None:
+            self._used_bytes -= resident.size
+            self.policy.remove(name)
+            self.stats.chunks_dropped += 1
+
+    # -- purge --------------------------------------------------------------
+
+    async def purge(self, path: str | None = None, prefix: str | None = None) -> int:
+        """Remove every cached chunk (all versions) of ``path`` or under ``prefix``."""
+        names = [
+            n for n, r in self._resident.items()
+            if (path is not None and r.path == path)
+            or (prefix is not None and r.path.startswith(prefix))
+        ]
+        for name in names:
+            resident = self._resident.pop(name)
+            self._used_bytes -= resident.size
+            self.policy.remove(name)
+        await self._in_db(self._drop_files, names, names)
+        if path is not None:
+            self.invalidate(path)
+        self.stats.purged_chunks += len(names)
+        return len(names)
+
+    # -- plumbing -----------------------------------------------------------
+
+    async def _in_db(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._db, call, *args)
+
+    async def _flush_accesses_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_ACCESS_FLUSH_INTERVAL_S)
+            await self._flush_accesses()
+
+    async def _flush_accesses(self) -> None:
+        if self._accesses:
+            batch, self._accesses = self._accesses, {}
+            await self._in_db(self.index.touch, batch)

@@ -1,0 +1,97 @@
+"""The spoke's configuration: the only place that reads argv and the environment."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from service.cli import add_flag, positive, size_arg
+
+POLICIES = ("arc", "lru", "s3fifo")
+
+
+@dataclass(frozen=True, slots=True)
+class SpokeConfig:
+    hub_url: str
+    cache_dir: str
+    capacity_bytes: int
+    policy: str = "arc"
+    host: str = "127.0.0.1"
+    port: int = 8701
+    meta_ttl_s: float = 5.0
+    fetch_concurrency: int = 16
+    readahead_chunks: int = 4
+    connect_timeout_s: float = 3.0
+    read_timeout_s: float = 30.0
+    verify_on_start: bool = False
+    log_level: str = "info"
+
+
+def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    add_flag(p, "--hub", env=env, required=True, help="base URL of the hub")
+    add_flag(p, "--cache-dir", env=env, required=True, help="directory of the chunk cache")
+    add_flag(p, "--capacity", env=env, required=True, type=positive(size_arg),
+             help="hard limit on cached bytes on disk (e.g. 50GiB)")
+    add_flag(p, "--policy", env=env, default="arc", choices=POLICIES, help="eviction policy")
+    add_flag(p, "--host", env=env, default="127.0.0.1", help="address to bind")
+    add_flag(p, "--port", env=env, default=8701, type=int, help="port (0 picks a free one)")
+    add_flag(p, "--meta-ttl", env=env, default=5.0, type=float,
+             help="seconds an object's size/etag is trusted before asking the hub again")
+    add_flag(p, "--fetch-concurrency", env=env, default=16, type=positive(int),
+             help="chunk fetches in flight to the hub at once")
+    add_flag(p, "--readahead", env=env, default=4, type=int,
+             help="chunks fetched ahead of a reader within one range")
+    add_flag(p, "--connect-timeout", env=env, default=3.0, type=float,
+             help="seconds to open a connection to the hub")
+    add_flag(p, "--read-timeout", env=env, default=30.0, type=float,
+             help="seconds without data from the hub before a fetch fails")
+    add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
+             help="check every cached chunk's digest at start-up and drop bad ones")
+    add_flag(p, "--log-level", env=env, default="info",
+             choices=["debug", "info", "warning", "error"], help="log verbosity")
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m spoke", description="hubspoke spoke")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve", help="serve loaders from a local chunk cache in front of a hub",
+        description="Cache a hub's objects chunk by chunk on local disk and serve them.",
+    )
+    _serve_flags(serve, env)
+    verify = commands.add_parser(
+        "verify", help="check every cached chunk against its digest; drop bad ones",
+        description="Scrub a (stopped) spoke's cache directory.",
+    )
+    add_flag(verify, "--cache-dir", env=env, required=True, help="directory of the chunk cache")
+    return parser
+
+
+def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
+    return build_parser(env).parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> SpokeConfig:
+    return SpokeConfig(
+        hub_url=args.hub,
+        cache_dir=args.cache_dir,
+        capacity_bytes=int(args.capacity),
+        policy=args.policy,
+        host=args.host,
+        port=int(args.port),
+        meta_ttl_s=float(args.meta_ttl),
+        fetch_concurrency=int(args.fetch_concurrency),
+        readahead_chunks=max(0, int(args.readahead)),
+        connect_timeout_s=float(args.connect_timeout),
+        read_timeout_s=float(args.read_timeout),
+        verify_on_start=_flag(args.verify_on_start),
+        log_level=args.log_level,
+    )
+
+
+def _flag(value: object) -> bool:
+    """A store_true flag whose env default may arrive as text ('1', 'true')."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)

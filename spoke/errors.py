@@ -1,0 +1,51 @@
+"""What can go wrong between a spoke and its hub, as HTTP statuses for loaders."""
+
+from __future__ import annotations
+
+from protocol.errors import ProtocolError
+
+
+class HubError(ProtocolError):
+    """Base of failures talking to the hub."""
+
+    status_hint = 502
+    title = "Bad Gateway"
+
+
+class HubUnavailable(HubError):
+    """The hub cannot be reached (connection refused, reset, DNS)."""
+
+    status_hint = 503
+    title = "Hub unavailable"
+    retry_after_s: float | None = 1.0
+
+
+class HubTimeout(HubError):
+    """The hub did not answer in time."""
+
+    status_hint = 504
+    title = "Hub timeout"
+    retry_after_s: float | None = 1.0
+
+
+class BadGateway(HubError):
+    """The hub answered something a spoke cannot use (wrong status, short body)."""
+
+
+class ChunkCorrupt(HubError):
+    """A chunk from the hub did not match its manifest digest; nothing was cached."""
+
+    title = "Chunk failed verification"
+
+
+class VersionChanged(HubError):
+    """The object changed at the hub while we were reading the version we planned on."""
+
+    status_hint = 503
+    title = "Object changed at the hub"
+    retry_after_s: float | None = 1.0
+
+
+class ObjectNotFound(ProtocolError):
+    status_hint = 404
+    title = "Not Found"

@@ -1,0 +1,107 @@
+"""The spoke's HTTP handlers: thin; the work is in ChunkCache and RangeReader."""
+
+from __future__ import annotations
+
+import secrets
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from protocol.chunks import chunk_slices
+from protocol.manifest import Manifest
+from protocol.media import content_type_for
+from protocol.paths import validate_path, validate_prefix
+from protocol.ranges import ByteRange
+from protocol.response import Representation, ResponsePlan, plan_response
+from service.body import send_plan
+from service.metrics import metrics_response
+from spoke.cache import ChunkCache
+from spoke.config import SpokeConfig
+from spoke.errors import VersionChanged
+from spoke.reader import RangeReader
+from spoke.stats import stats_dict
+
+CACHE = web.AppKey("cache", ChunkCache)
+CONFIG = web.AppKey("config", SpokeConfig)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+
+async def get_object(request: web.Request) -> web.StreamResponse:
+    path = validate_path(request.match_info["path"])
+    cache = request.app[CACHE]
+    try:
+        return await _serve(request, path, await cache.manifest(path))
+    except VersionChanged:
+        # The object changed between our metadata and the first chunk: answer the
+        # new version from the start rather than splicing two.
+        cache.invalidate(path)
+        return await _serve(request, path, await cache.manifest(path))
+
+
+async def _serve(request: web.Request, path: str, manifest: Manifest) -> web.StreamResponse:
+    cache = request.app[CACHE]
+    rep = Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
+    plan = plan_response(request.method, request.headers, rep, secrets.token_hex(12))
+    x_cache = _x_cache(cache, manifest, plan)
+    reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks)
+    ranges = plan.ranges
+    if request.method == "GET" and ranges and plan.status in (200, 206):
+        first = next(chunk_slices(ranges[0], manifest.size, manifest.chunk_size))
+        await reader.prime(first.index)
+
+    async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
+        await reader.write(r, response.write)
+
+    return await send_plan(request, plan, write_range, {"X-Cache": x_cache})
+
+
+def _x_cache(cache: ChunkCache, manifest: Manifest, plan: ResponsePlan) -> str:
+    """HIT when every chunk the response touches is on disk, MISS when none is."""
+    present = total = 0
+    for r in plan.ranges:
+        for s in chunk_slices(r, manifest.size, manifest.chunk_size):
+            total += 1
+            present += cache.is_cached(manifest, s.index)
+    if present == total:
+        return "HIT"
+    return "MISS" if present == 0 else "PARTIAL"
+
+
+async def get_list(request: web.Request) -> web.Response:
+    prefix = validate_prefix(request.match_info.get("prefix", ""))
+    accept = request.headers.get("Accept", "application/json")
+    body, content_type = await request.app[CACHE].hub.fetch_list(prefix, accept)
+    return web.Response(body=body, content_type=content_type)
+
+
+async def get_stats(request: web.Request) -> web.Response:
+    cache = request.app[CACHE]
+    stats: dict[str, object] = dict(stats_dict(cache.stats))
+    stats.update(
+        used_bytes=cache.used_bytes,
+        capacity_bytes=cache.capacity_bytes,
+        policy=cache.policy.name,
+        cached_chunks=len(cache.policy),
+    )
+    return web.json_response(stats)
+
+
+async def delete_cache(request: web.Request) -> web.Response:
+    """Purge one object's chunks (every version), or a prefix's with a trailing ``/``."""
+    raw = request.match_info["path"]
+    cache = request.app[CACHE]
+    if raw.endswith("/"):
+        removed = await cache.purge(prefix=validate_prefix(raw))
+    else:
+        removed = await cache.purge(path=validate_path(raw))
+    return web.json_response({"purged_chunks": removed})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return metrics_response(request.app[REGISTRY])
+
+

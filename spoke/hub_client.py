@@ -1,0 +1,130 @@
+"""HubClient: the spoke's only way to the hub; owns the one aiohttp session.
+
+Foreign failures are translated here, once: aiohttp errors and timeouts become
+:mod:`spoke.errors` types that carry the status a loader should see.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import quote
+
+import aiohttp
+
+from protocol.manifest import Manifest, decode_manifest
+from protocol.ranges import ByteRange, range_header
+from spoke.errors import (
+    BadGateway,
+    HubTimeout,
+    HubUnavailable,
+    ObjectNotFound,
+    VersionChanged,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class HubClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        max_connections: int,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
+        )
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self.connections_opened = 0
+
+    async def start(self) -> None:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_end.append(self._count_connection)
+        # Keep-alive matters at 60 ms RTT: a new TCP connection costs a round trip.
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections, keepalive_timeout=60, enable_cleanup_closed=False
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, trace_configs=[trace],
+            auto_decompress=False,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _count_connection(self, *_: object) -> None:
+        self.connections_opened += 1
+
+    def _url(self, endpoint: str, path: str) -> str:
+        return f"{self.base_url}/{endpoint}/{quote(path, safe='/')}"
+
+    @asynccontextmanager
+    async def _get(
+        self, url: str, headers: dict[str, str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        assert self._session is not None, "HubClient.start() was not awaited"
+        try:
+            async with self._session.get(url, headers=headers) as response:
+                yield response
+        except TimeoutError as exc:
+            raise HubTimeout(f"hub did not answer in time ({url})") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise HubUnavailable(f"hub connection broke mid-body: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise HubUnavailable(f"cannot reach the hub: {exc}") from exc
+        except OSError as exc:
+            raise HubUnavailable(f"cannot reach the hub: {exc}") from exc
+
+    async def fetch_manifest(self, path: str) -> tuple[Manifest, bytes]:
+        """The hub's current manifest of ``path`` and its raw bytes."""
+        async with self._get(self._url("manifest", path), {}) as response:
+            await _expect(response, (200,), path)
+            body = await response.read()
+        manifest = decode_manifest(body)
+        if manifest.path != path:
+            raise BadGateway(f"hub sent the manifest of {manifest.path!r} for {path!r}")
+        return manifest, body
+
+    async def fetch_range(self, path: str, etag: str, r: ByteRange) -> bytes:
+        """Bytes ``r`` of version ``etag`` of ``path``; never fewer, never another version."""
+        headers = {"Range": range_header(r), "If-Match": etag}
+        async with self._get(self._url("objects", path), headers) as response:
+            await _expect(response, (200, 206), path)
+            if response.headers.get("ETag") != etag:
+                raise VersionChanged(f"{path} changed at the hub")
+            body = await response.read()
+        if response.status == 200:
+            body = body[r.start : r.stop]  # a hub may ignore Range for a whole-object read
+        if len(body) != r.length:
+            raise BadGateway(f"hub sent {len(body)} bytes of {path} for a {r.length}-byte range")
+        return body
+
+    async def fetch_list(self, prefix: str, accept: str) -> tuple[bytes, str]:
+        url = f"{self.base_url}/list/{quote(prefix, safe='/')}"
+        async with self._get(url, {"Accept": accept}) as response:
+            await _expect(response, (200,), prefix)
+            return await response.read(), response.content_type
+
+
+async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: str) -> None:
+    if response.status in ok:
+        return
+    if response.status == 404:
+        raise ObjectNotFound(f"no object {path!r} at the hub")
+    if response.status == 412:
+        raise VersionChanged(f"{path} changed at the hub")
+    if response.status in (400, 416):
+        detail = (await response.text())[:200]
+        raise BadGateway(f"hub refused the request for {path!r}: {detail}")
+    if response.status in (502, 503, 504):
+        raise HubUnavailable(f"hub answered {response.status} for {path!r}")
+    raise BadGateway(f"hub answered {response.status} for {path!r}")
+
+

@@ -1,0 +1,33 @@
+"""Chunk identity: a chunk belongs to one version (etag) of one object."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from protocol.manifest import Manifest
+
+
+def version_id(path: str, etag: str, chunk_size: int) -> str:
+    """A filesystem-safe name for one object version at one chunk size."""
+    ident = f"{path}\0{etag}\0{chunk_size}".encode()
+    return hashlib.blake2b(ident, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkKey:
+    """Chunk ``index`` of object ``path`` at version ``etag``."""
+
+    path: str
+    etag: str
+    chunk_size: int
+    index: int
+
+    @property
+    def name(self) -> str:
+        """The chunk's file name; unique per (path, etag, chunk_size, index)."""
+        return f"{version_id(self.path, self.etag, self.chunk_size)}-{self.index}"
+
+    @classmethod
+    def of(cls, manifest: Manifest, index: int) -> ChunkKey:
+        return cls(manifest.path, manifest.etag, manifest.chunk_size, index)

@@ -1,0 +1,93 @@
+"""ChunkStore: chunk bytes on local disk, and nothing else.
+
+One file per chunk, ``chunks/<2 hex>/<name>``. Chunks are 4 MiB by default, so
+even a 10 TB cache holds a few million files, which any modern filesystem
+handles; in exchange deletion is an unlink (no slab compaction), a chunk's bytes
+are served with a plain ``pread``/``sendfile`` on its own fd, and several worker
+processes can share the directory without a shared allocator.
+
+Publication is atomic: bytes go to ``tmp/``, are fsynced, then renamed into
+place. A crash at any moment leaves either no file or a complete, verified one;
+leftover temp files are removed at start-up. All methods block: call them from
+an executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+
+_TMP = "tmp"
+_CHUNKS = "chunks"
+
+
+class ChunkStore:
+    def __init__(self, cache_dir: str) -> None:
+        self.root = os.path.abspath(cache_dir)
+        self._tmp = os.path.join(self.root, _TMP)
+        self._chunks = os.path.join(self.root, _CHUNKS)
+        os.makedirs(self._tmp, exist_ok=True)
+        os.makedirs(self._chunks, exist_ok=True)
+
+    def path_of(self, name: str) -> str:
+        return os.path.join(self._chunks, name[:2], name)
+
+    def write(self, name: str, data: bytes | memoryview) -> None:
+        """Store ``data`` as chunk ``name``, atomically (temp file, fsync, rename)."""
+        tmp = os.path.join(self._tmp, f"{name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            # Without fsync a power cut could publish the name before the bytes.
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        final = self.path_of(name)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        os.rename(tmp, final)
+
+    def open(self, name: str) -> int:
+        """An fd reading chunk ``name``; ``FileNotFoundError`` when it is not stored."""
+        return os.open(self.path_of(name), os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self, name: str, start: int = 0, stop: int | None = None) -> bytes:
+        fd = self.open(name)
+        try:
+            if stop is None:
+                stop = os.fstat(fd).st_size
+            return os.pread(fd, stop - start, start)
+        finally:
+            os.close(fd)
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path_of(name))
+
+    def names(self) -> dict[str, int]:
+        """Every stored chunk name and its size in bytes."""
+        found: dict[str, int] = {}
+        with os.scandir(self._chunks) as buckets:
+            for bucket in buckets:
+                if bucket.is_dir(follow_symlinks=False):
+                    with os.scandir(bucket.path) as entries:
+                        for e in entries:
+                            found[e.name] = e.stat(follow_symlinks=False).st_size
+        return found
+
+    def remove_temp_files(self) -> int:
+        """Delete half-written chunks left by a crash; returns how many."""
+        removed = 0
+        with os.scandir(self._tmp) as entries:
+            for e in entries:
+                os.unlink(e.path)
+                removed += 1
+        return removed
+
+    def temp_files(self) -> int:
+        return sum(1 for _ in os.scandir(self._tmp))

@@ -1,0 +1,245 @@
+"""Table-driven tests for :mod:`protocol.response`: exact status, headers and body."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.conditional import PreconditionFailed
+from protocol.errors import RangeNotSatisfiable, TooManyRanges
+from protocol.ranges import MAX_RANGES, ByteRange
+from protocol.response import Representation, ResponsePlan, plan_response
+
+DATA = b"0123456789"
+ETAG = '"v1"'
+MTIME = 784111777
+DATE = "Sun, 06 Nov 1994 08:49:37 GMT"
+OTHER_DATE = "Sun, 06 Nov 1994 08:49:38 GMT"
+REP = Representation(size=len(DATA), etag=ETAG, mtime=MTIME)
+OCTET = "application/octet-stream"
+COMMON = (("Accept-Ranges", "bytes"), ("ETag", ETAG), ("Last-Modified", DATE))
+B = "BOUNDARY"
+
+
+def whole(size: int = 10, content_type: str = OCTET) -> ResponsePlan:
+    body = (ByteRange(0, size),) if size else ()
+    headers = (*COMMON, ("Content-Type", content_type), ("Content-Length", str(size)))
+    return ResponsePlan(200, headers, body)
+
+
+def partial(start: int, stop: int, content_type: str = OCTET) -> ResponsePlan:
+    headers = (
+        *COMMON,
+        ("Content-Type", content_type),
+        ("Content-Range", f"bytes {start}-{stop - 1}/10"),
+        ("Content-Length", str(stop - start)),
+    )
+    return ResponsePlan(206, headers, (ByteRange(start, stop),))
+
+
+def part_head(start: int, stop: int, first: bool = False) -> bytes:
+    lead = b"" if first else b"\r\n"
+    return (
+        lead + b"--BOUNDARY\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Range: bytes %d-%d/10\r\n\r\n" % (start, stop - 1)
+    )
+
+
+def multipart(*ranges: tuple[int, int], length: int) -> ResponsePlan:
+    body: list[bytes | ByteRange] = []
+    for i, (start, stop) in enumerate(ranges):
+        body += [part_head(start, stop, first=i == 0), ByteRange(start, stop)]
+    body.append(b"\r\n--BOUNDARY--\r\n")
+    headers = (
+        *COMMON,
+        ("Content-Type", "multipart/byteranges; boundary=BOUNDARY"),
+        ("Content-Length", str(length)),
+    )
+    return ResponsePlan(206, headers, tuple(body))
+
+
+# (name, headers, plan) — each case is run for GET and for HEAD, which plan alike.
+SIMPLE_CASES: list[tuple[str, dict[str, str], ResponsePlan]] = [
+    ("no range", {}, whole()),
+    ("first bytes", {"Range": "bytes=0-3"}, partial(0, 4)),
+    ("one byte", {"Range": "bytes=5-5"}, partial(5, 6)),
+    ("last byte", {"Range": "bytes=-1"}, partial(9, 10)),
+    ("suffix", {"Range": "bytes=-3"}, partial(7, 10)),
+    ("suffix longer than the object", {"Range": "bytes=-100"}, partial(0, 10)),
+    ("open range", {"Range": "bytes=4-"}, partial(4, 10)),
+    ("last clipped", {"Range": "bytes=8-100"}, partial(8, 10)),
+    ("whole as a range", {"Range": "bytes=0-"}, partial(0, 10)),
+    ("unparseable: first > last", {"Range": "bytes=5-4"}, whole()),
+    ("unparseable: unit", {"Range": "items=0-1"}, whole()),
+    ("unparseable: garbage", {"Range": "garbage"}, whole()),
+    ("unparseable: non-ASCII digit", {"Range": "bytes=٣-5"}, whole()),
+    ("unparseable: empty", {"Range": ""}, whole()),
+    # If-Range
+    ("If-Range etag matches", {"Range": "bytes=0-3", "If-Range": ETAG}, partial(0, 4)),
+    ("If-Range etag differs", {"Range": "bytes=0-3", "If-Range": '"v2"'}, whole()),
+    ("If-Range weak etag", {"Range": "bytes=0-3", "If-Range": 'W/"v1"'}, whole()),
+    ("If-Range date equal", {"Range": "bytes=0-3", "If-Range": DATE}, partial(0, 4)),
+    ("If-Range date differs", {"Range": "bytes=0-3", "If-Range": OTHER_DATE}, whole()),
+    ("If-Range garbage", {"Range": "bytes=0-3", "If-Range": "garbage"}, whole()),
+    ("If-Range mismatch beats 416", {"Range": "bytes=20-", "If-Range": '"v2"'}, whole()),
+    ("If-Range without Range", {"If-Range": '"v2"'}, whole()),
+    # several ranges: overlapping ones merge, disjoint ones keep their order
+    ("unsatisfiable one dropped", {"Range": "bytes=0-1,20-30"}, partial(0, 2)),
+    ("duplicates merge", {"Range": "bytes=0-1,0-1"}, partial(0, 2)),
+    ("overlap merges", {"Range": "bytes=0-5,3-8"}, partial(0, 9)),
+    ("contained merges", {"Range": "bytes=0-9,3-4"}, partial(0, 10)),
+    ("reversed overlap merges", {"Range": "bytes=3-8,0-5"}, partial(0, 9)),
+    ("one shared byte", {"Range": "bytes=0-1,1-2"}, partial(0, 3)),
+    ("suffix overlaps", {"Range": "bytes=-4,5-6"}, partial(5, 10)),
+    ("disjoint", {"Range": "bytes=0-1,4-5"}, multipart((0, 2), (4, 6), length=188)),
+    ("disjoint keep order", {"Range": "bytes=6-7,0-1"}, multipart((6, 8), (0, 2), length=188)),
+    ("adjacent stay apart", {"Range": "bytes=0-1,2-3"}, multipart((0, 2), (2, 4), length=188)),
+    (
+        "overlap merges, then sorted",
+        {"Range": "bytes=6-7,0-1,1-2"},
+        multipart((0, 3), (6, 8), length=189),
+    ),
+    (
+        "three disjoint",
+        {"Range": "bytes=9-9,0-0,4-5"},
+        multipart((9, 10), (0, 1), (4, 6), length=273),
+    ),
+    # conditionals win over ranges
+    ("If-None-Match matches", {"If-None-Match": ETAG}, ResponsePlan(304, COMMON, ())),
+    ("304 ignores Range", {"If-None-Match": ETAG, "Range": "bytes=0-1"}, ResponsePlan(304, COMMON, ())),
+    ("304 before 416", {"If-None-Match": "*", "Range": "bytes=20-"}, ResponsePlan(304, COMMON, ())),
+    ("If-Modified-Since", {"If-Modified-Since": DATE}, ResponsePlan(304, COMMON, ())),
+    ("If-None-Match differs", {"If-None-Match": '"v2"', "Range": "bytes=0-3"}, partial(0, 4)),
+    ("If-Match matches", {"If-Match": ETAG, "Range": "bytes=0-3"}, partial(0, 4)),
+]
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize(("name", "headers", "expected"), SIMPLE_CASES, ids=[c[0] for c in SIMPLE_CASES])
+def test_plan(method: str, name: str, headers: dict[str, str], expected: ResponsePlan) -> None:
+    plan = plan_response(method, headers, REP, B)
+    assert plan == expected
+    announced = dict(plan.headers).get("Content-Length")
+    if plan.status != 304:
+        assert announced == str(plan.content_length)
+
+
+def render(plan: ResponsePlan, data: bytes = DATA) -> bytes:
+    return b"".join(p if isinstance(p, bytes) else data[p.start : p.stop] for p in plan.body)
+
+
+def test_multipart_body_exact_bytes() -> None:
+    plan = plan_response("GET", {"Range": "bytes=0-1,4-5"}, REP, B)
+    body = render(plan)
+    assert body == (
+        b"--BOUNDARY\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Range: bytes 0-1/10\r\n\r\n01"
+        b"\r\n--BOUNDARY\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Range: bytes 4-5/10\r\n\r\n45"
+        b"\r\n--BOUNDARY--\r\n"
+    )
+    assert len(body) == 188 == plan.content_length
+    assert dict(plan.headers)["Content-Length"] == "188"
+    assert plan.ranges == [ByteRange(0, 2), ByteRange(4, 6)]
+
+
+def test_multipart_uses_the_representation_content_type() -> None:
+    rep = Representation(size=10, etag=ETAG, mtime=MTIME, content_type="text/plain")
+    plan = plan_response("GET", {"Range": "bytes=0-0,9-9"}, rep, "b")
+    body = render(plan)
+    assert body == (
+        b"--b\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-0/10\r\n\r\n0"
+        b"\r\n--b\r\nContent-Type: text/plain\r\nContent-Range: bytes 9-9/10\r\n\r\n9"
+        b"\r\n--b--\r\n"
+    )
+    assert dict(plan.headers)["Content-Type"] == "multipart/byteranges; boundary=b"
+    assert dict(plan.headers)["Content-Length"] == str(len(body)) == "137"
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [({}, whole(content_type="text/plain")), ({"Range": "bytes=1-2"}, partial(1, 3, "text/plain"))],
+)
+def test_content_type_is_announced(headers: dict[str, str], expected: ResponsePlan) -> None:
+    rep = Representation(size=10, etag=ETAG, mtime=MTIME, content_type="text/plain")
+    assert plan_response("GET", headers, rep, B) == expected
+
+
+EMPTY = Representation(size=0, etag=ETAG, mtime=MTIME)
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_empty_object_whole(method: str) -> None:
+    plan = plan_response(method, {}, EMPTY, B)
+    assert plan == whole(size=0)
+    assert plan.content_length == 0
+    assert plan.ranges == []
+
+
+# (representation, Range) that must be answered with 416 carrying the size
+UNSATISFIABLE_CASES: list[tuple[Representation, str]] = [
+    (EMPTY, "bytes=0-"),
+    (EMPTY, "bytes=0-0"),
+    (EMPTY, "bytes=-1"),
+    (EMPTY, "bytes=-100"),
+    (EMPTY, "bytes=0-0,-5"),
+    (REP, "bytes=10-"),
+    (REP, "bytes=10-20,-0"),
+    (REP, "bytes=99999999999999999999999-"),
+]
+
+
+@pytest.mark.parametrize(("rep", "header"), UNSATISFIABLE_CASES)
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_unsatisfiable(method: str, rep: Representation, header: str) -> None:
+    with pytest.raises(RangeNotSatisfiable) as info:
+        plan_response(method, {"Range": header}, rep, B)
+    assert info.value.size == rep.size
+    assert info.value.status_hint == 416
+
+
+def test_empty_object_unparseable_range_is_whole() -> None:
+    assert plan_response("GET", {"Range": "bytes=5-4"}, EMPTY, B) == whole(size=0)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"If-Match": '"v2"'},
+        {"If-Match": 'W/"v1"', "Range": "bytes=0-1"},
+        {"If-Unmodified-Since": "Sun, 06 Nov 1994 08:49:36 GMT"},
+        {"If-Match": '"v2"', "Range": "bytes=20-"},  # 412 before 416
+    ],
+)
+def test_precondition_failed(headers: dict[str, str]) -> None:
+    with pytest.raises(PreconditionFailed):
+        plan_response("GET", headers, REP, B)
+
+
+def test_too_many_ranges() -> None:
+    header = "bytes=" + ",".join(["0-0"] * (MAX_RANGES + 1))
+    with pytest.raises(TooManyRanges):
+        plan_response("GET", {"Range": header}, REP, B)
+
+
+def test_max_ranges_multipart_length_matches_body() -> None:
+    data = bytes(range(256)) * 4
+    rep = Representation(size=len(data), etag=ETAG, mtime=MTIME)
+    header = "bytes=" + ",".join(f"{4 * i}-{4 * i + 1}" for i in range(MAX_RANGES))
+    plan = plan_response("GET", {"Range": header}, rep, B)
+    assert plan.status == 206
+    assert plan.ranges == [ByteRange(4 * i, 4 * i + 2) for i in range(MAX_RANGES)]
+    body = render(plan, data)
+    assert len(body) == plan.content_length == int(dict(plan.headers)["Content-Length"])
+    assert body.count(b"--BOUNDARY\r\n") == MAX_RANGES
+    assert body.endswith(b"\r\n--BOUNDARY--\r\n")
+
+
+def test_overlapping_many_ranges_merge_to_whole() -> None:
+    header = "bytes=" + ",".join(f"{i}-{i + 1}" for i in range(9))
+    assert plan_response("GET", {"Range": header}, REP, B) == partial(0, 10)
+
+
+def test_response_plan_properties() -> None:
+    plan = ResponsePlan(206, (), (b"ab", ByteRange(3, 7), b"c", ByteRange(0, 1)))
+    assert plan.content_length == 8
+    assert plan.ranges == [ByteRange(3, 7), ByteRange(0, 1)]
