@@ -21,9 +21,16 @@ class PreconditionFailed(ProtocolError):
     title = "Precondition Failed"
 
 
+_LAST_HTTP_DATE = 253402300799  # 9999-12-31T23:59:59Z
+
+
 def http_date(epoch_s: int) -> str:
-    """An IMF-fixdate such as ``Sun, 06 Nov 1994 08:49:37 GMT``."""
-    return formatdate(epoch_s, usegmt=True)
+    """An IMF-fixdate such as ``Sun, 06 Nov 1994 08:49:37 GMT``.
+
+    Clamped to the years 1970-9999 that the format can express, so a file with an
+    absurd mtime still gets an answer rather than an error.
+    """
+    return formatdate(min(max(epoch_s, 0), _LAST_HTTP_DATE), usegmt=True)
 
 
 def parse_http_date(text: str) -> int | None:

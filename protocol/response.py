@@ -65,7 +65,8 @@ def plan_response(
     forced = evaluate_preconditions(method, headers, rep.etag, rep.mtime)
     if forced is not None:
         return ResponsePlan(forced, common, ())
-    ranges = _requested_ranges(headers, rep)
+    # RFC 9110 §14.2: range handling is defined for GET only; HEAD gets the 200 headers.
+    ranges = _requested_ranges(headers, rep) if method == "GET" else None
     if ranges is None:
         return _whole(common, rep)
     if len(ranges) == 1:

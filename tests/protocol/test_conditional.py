@@ -152,7 +152,11 @@ def test_parse_http_date(text: str, expected: int | None) -> None:
 
 @pytest.mark.parametrize(
     ("epoch", "text"),
-    [(0, "Thu, 01 Jan 1970 00:00:00 GMT"), (MTIME, SAME), (1700000000, "Tue, 14 Nov 2023 22:13:20 GMT")],
+    [
+        (0, "Thu, 01 Jan 1970 00:00:00 GMT"),
+        (MTIME, SAME),
+        (1700000000, "Tue, 14 Nov 2023 22:13:20 GMT"),
+    ],
 )
 def test_http_date(epoch: int, text: str) -> None:
     assert http_date(epoch) == text

@@ -8,7 +8,13 @@ import msgpack
 import pytest
 
 from protocol.errors import BadPath, ManifestError, ProtocolError
-from protocol.manifest import DIGEST_SIZES, MAX_MANIFEST_BYTES, Manifest, decode_manifest, encode_manifest
+from protocol.manifest import (
+    DIGEST_SIZES,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    decode_manifest,
+    encode_manifest,
+)
 
 D16 = [bytes([i]) * 16 for i in range(3)]
 
