@@ -356,7 +356,10 @@ def test_plan_body_is_what_the_headers_say(
         plan = plan_response("GET", headers, rep, BOUNDARY)
     except (PreconditionFailed, RangeNotSatisfiable, TooManyRanges):
         return
-    assert plan == plan_response("HEAD", headers, rep, BOUNDARY)
+    without_range = {k: v for k, v in headers.items() if k != "Range"}
+    assert plan_response("HEAD", headers, rep, BOUNDARY) == plan_response(
+        "GET", without_range, rep, BOUNDARY
+    )
     fields = dict(plan.headers)
     assert len(fields) == len(plan.headers)
     assert fields["Accept-Ranges"] == "bytes" and fields["ETag"] == '"v1"'
