@@ -1,0 +1,81 @@
+"""Start our servers as child processes and stop them by PID.
+
+Used by the demo, the benchmarks and the tests that kill or restart a server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+LISTENING = re.compile(r"listening on (http://\S+)")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Process:
+    """A server started as ``python -m ...``; stopped by its PID."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def log(self) -> list[str]:
+        """What the server wrote on stderr so far."""
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read().splitlines()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10) -> int:
+        """Send ``sig``, wait (SIGKILL after ``timeout_s``), return the exit code."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_process(
+    module: str, args: Sequence[str], timeout_s: float = 20, command: str = "serve",
+    log_dir: str | None = None,
+) -> Process:
+    """Run ``python -m module serve ... --port 0`` and wait for its listening line.
+
+    stderr goes to a file (never a pipe nobody drains, which would block a chatty
+    server), kept in ``log_dir`` or the temp directory.
+    """
+    fd, log_path = tempfile.mkstemp(prefix=f"{module}-", suffix=".log", dir=log_dir)
+    with os.fdopen(fd, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, command, *args, "--host", "127.0.0.1", "--port", "0"],
+            cwd=REPO, stderr=log, stdout=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            match = LISTENING.search(f.read())
+        if match:
+            return Process(proc, match.group(1), log_path)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        raise RuntimeError(f"{module} did not start:\n{f.read()}")

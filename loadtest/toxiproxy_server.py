@@ -1,0 +1,1235 @@
+"""A stand-in for Shopify's Toxiproxy server, in asyncio.
+
+No ``toxiproxy-server`` binary can be installed everywhere we run (no docker,
+not on PyPI), so this module serves the part of Toxiproxy's HTTP API that the
+``toxiproxy-python`` client and our code use, with Toxiproxy's semantics:
+
+* ``GET|POST /proxies``, ``GET|POST|PATCH|DELETE /proxies/{name}``,
+  ``GET|POST /proxies/{name}/toxics``,
+  ``GET|POST|PATCH|DELETE /proxies/{name}/toxics/{toxic}``,
+  ``POST /reset``, ``POST /populate``, ``GET /version``;
+* errors as ``{"error": "...", "status": N}`` (400 bad input, 404 not found,
+  409 exists, 500 e.g. listen address in use);
+* toxics ``latency``, ``bandwidth``, ``slow_close``, ``timeout``,
+  ``reset_peer``, ``limit_data``, ``slicer`` and ``noop``, per stream
+  (``upstream`` = client→server, ``downstream`` = server→client), with
+  ``toxicity`` rolled per connection, applied to live connections too.
+
+Data plane: each proxied connection has two links (one per direction). A link
+has a reader task that reads the source as fast as it can, stamping every chunk
+with its read time into a byte-bounded buffer, and a pump task that runs each
+chunk through that direction's toxics in order and writes it out. Because the
+stamp is taken at read time, a latency toxic works as a delay line (a chunk is
+released at read time + latency), so delays do not add up across chunks.
+
+Run ``python -m loadtest.toxiproxy_server --host 127.0.0.1 --port 0``; once it
+accepts it prints ``listening on http://HOST:PORT`` on stderr. In-process use:
+:class:`ToxiproxyServer`; from synchronous code (pytest): :func:`run_in_subprocess`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from aiohttp import web
+
+# Under `python -m` __name__ is "__main__"; log under the module's real name either way.
+logger = logging.getLogger("loadtest.toxiproxy_server" if __name__ == "__main__" else __name__)
+
+VERSION = "2.12.0-hubspoke-standin"
+UPSTREAM = "upstream"
+DOWNSTREAM = "downstream"
+STREAMS = (UPSTREAM, DOWNSTREAM)
+LISTENING_PREFIX = "listening on "
+
+# Reads are at most this big; Toxiproxy's io.Copy uses 32 KiB, we go a bit larger
+# because Python pays per chunk.
+READ_SIZE = 64 * 1024
+# A link stops reading its source once this many bytes wait in its buffer. It must
+# cover the bandwidth-delay product of a latency toxic (e.g. 60 ms at 500 MB/s =
+# 30 MB); bounding by bytes rather than by chunk count keeps small-packet traffic
+# from being throttled by the buffer instead of by the toxic.
+BUFFER_LIMIT = 32 * 1024 * 1024
+
+# Attribute names and defaults per toxic type, as the real server reports them.
+TOXIC_ATTRIBUTES: dict[str, dict[str, int]] = {
+    "noop": {},
+    "latency": {"latency": 0, "jitter": 0},
+    "bandwidth": {"rate": 0},
+    "slow_close": {"delay": 0},
+    "timeout": {"timeout": 0},
+    "reset_peer": {"timeout": 0},
+    "limit_data": {"bytes": 0},
+    "slicer": {"average_size": 0, "size_variation": 0, "delay": 0},
+}
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(Exception):
+    """An error the HTTP API reports as ``{"error": message, "status": status}``."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def _bad_request(detail: str) -> ApiError:
+    return ApiError(f"bad request body: {detail}", 400)
+
+
+def _missing_field(detail: str) -> ApiError:
+    return ApiError(f"missing required field: {detail}", 400)
+
+
+PROXY_NOT_FOUND = ("proxy not found", 404)
+PROXY_EXISTS = ("proxy already exists", 409)
+TOXIC_NOT_FOUND = ("toxic not found", 404)
+TOXIC_EXISTS = ("toxic already exists", 409)
+INVALID_STREAM = ("stream was invalid, can be either upstream or downstream", 400)
+INVALID_TOXIC_TYPE = ("invalid toxic type", 400)
+
+
+def _fail(error: tuple[str, int]) -> NoReturn:
+    raise ApiError(*error)
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+def split_hostport(address: str) -> tuple[str, int]:
+    """Split ``host:port`` / ``[v6]:port``; an empty host means all interfaces."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise _bad_request(f"invalid address {address!r}, want host:port")
+    return host.strip("[]"), int(port_text)
+
+
+def _format_hostport(sockname: Any) -> str:
+    host, port = str(sockname[0]), int(sockname[1])
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --------------------------------------------------------------------------- toxics
+
+
+@dataclass
+class Toxic:
+    """A toxic's configuration; runtimes read it live, so updates apply at once."""
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float
+    attributes: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "stream": self.stream,
+            "toxicity": self.toxicity,
+            "attributes": dict(self.attributes),
+        }
+
+
+def _parse_int_attributes(toxic_type: str, raw: Any, base: dict[str, int]) -> dict[str, int]:
+    """Merge ``raw`` over ``base``; unknown keys are ignored like Go's JSON decoder does."""
+    if raw is None:
+        return dict(base)
+    if not isinstance(raw, dict):
+        raise _bad_request("attributes must be an object")
+    merged = dict(base)
+    for key in TOXIC_ATTRIBUTES[toxic_type]:
+        if key not in raw:
+            continue
+        value = raw[key]
+        # Go decodes into int64: floats with a fraction, bools and strings are errors.
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _bad_request(f"attribute {key} must be an integer")
+        if isinstance(value, float) and not value.is_integer():
+            raise _bad_request(f"attribute {key} must be an integer")
+        merged[key] = int(value)
+    return merged
+
+
+def _parse_toxicity(raw: Any, default: float) -> float:
+    if raw is None:
+        return default
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise _bad_request("toxicity must be a number")
+    return float(raw)
+
+
+def parse_new_toxic(body: Any) -> Toxic:
+    """Validate a toxic-create body the way Toxiproxy does (defaults: downstream, 1.0)."""
+    if not isinstance(body, dict):
+        raise _bad_request("expected a JSON object")
+    stream = body.get("stream") or DOWNSTREAM
+    if not isinstance(stream, str) or stream.lower() not in STREAMS:
+        _fail(INVALID_STREAM)
+    stream = stream.lower()
+    toxic_type = body.get("type")
+    if not isinstance(toxic_type, str) or toxic_type not in TOXIC_ATTRIBUTES:
+        _fail(INVALID_TOXIC_TYPE)
+    name = body.get("name") or f"{toxic_type}_{stream}"
+    if not isinstance(name, str):
+        raise _bad_request("name must be a string")
+    return Toxic(
+        name=name,
+        type=toxic_type,
+        stream=stream,
+        toxicity=_parse_toxicity(body.get("toxicity"), 1.0),
+        attributes=_parse_int_attributes(
+            toxic_type, body.get("attributes"), TOXIC_ATTRIBUTES[toxic_type]
+        ),
+    )
+
+
+@dataclass
+class Chunk:
+    data: bytes
+    stamp: float  # loop time the data was read (latency toxics push it forward)
+
+
+class _Outlet:
+    """Where a toxic sends its output: the rest of the link's chain after it."""
+
+    __slots__ = ("_chain", "_index", "_link")
+
+    def __init__(self, link: _Link, chain: tuple[_Runtime, ...], index: int) -> None:
+        self._link = link
+        self._chain = chain
+        self._index = index
+
+    async def emit(self, chunk: Chunk) -> None:
+        await self._link.through(self._chain, self._index, chunk)
+
+    async def close(self) -> None:
+        """End the stream here: later toxics see EOF, then the destination is closed."""
+        await self._link.finish_through(self._chain[self._index :])
+
+
+class _Runtime:
+    """One toxic on one link (one connection, one direction): per-connection state."""
+
+    def __init__(self, toxic: Toxic, link: _Link) -> None:
+        self.toxic = toxic
+        self.link = link
+        self.removed = False
+        self.generation = 0  # bumped on update so sleeping toxics recompute
+        self.active = self._roll()
+
+    def _roll(self) -> bool:
+        # Toxiproxy decides per connection (and again on update) whether a toxic acts.
+        return random.random() < self.toxic.toxicity
+
+    @property
+    def engaged(self) -> bool:
+        return self.active and not self.removed
+
+    def attr(self, key: str) -> int:
+        return self.toxic.attributes.get(key, 0)
+
+    def attached(self) -> None:
+        """Called when the toxic starts acting on this link."""
+
+    def updated(self) -> None:
+        self.active = self._roll()
+        self.generation += 1
+
+    def detached(self, rest_index: int) -> None:
+        """Called after removal; ``rest_index`` is where the chain after it now starts."""
+        self.removed = True
+
+    def stopped(self) -> None:
+        """Called when the link ends: drop timers."""
+
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        await out.emit(chunk)
+
+    async def eof(self) -> None:
+        """Called when the stream ends, before later toxics see the end."""
+
+    async def hold_until(self, due: Callable[[], float | None]) -> None:
+        """Sleep until ``due()`` (re-evaluated after every toxic change) has passed.
+
+        Returns early when the toxic is removed or disengaged, like Toxiproxy's
+        interrupt, which releases held data at once rather than dropping it.
+        """
+        loop = asyncio.get_running_loop()
+        while self.engaged:
+            deadline = due()
+            if deadline is None:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            await self.link.pause(remaining)
+
+
+class _Latency(_Runtime):
+    def _sample(self) -> float:
+        delay = self.attr("latency")
+        jitter = self.attr("jitter")
+        if jitter > 0:
+            delay += random.randint(-jitter, jitter)
+        return delay / 1000.0
+
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        delay = self._sample()
+        generation = self.generation
+
+        def due() -> float:
+            nonlocal delay, generation
+            if generation != self.generation:
+                delay, generation = self._sample(), self.generation
+            return chunk.stamp + delay
+
+        # Release at read time + delay: a delay line, so queued chunks don't add up.
+        await self.hold_until(due)
+        if self.engaged:
+            # Pushing the stamp forward makes chained latency toxics add up.
+            chunk = Chunk(chunk.data, chunk.stamp + delay)
+        await out.emit(chunk)
+
+
+class _Bandwidth(_Runtime):
+    def __init__(self, toxic: Toxic, link: _Link) -> None:
+        super().__init__(toxic, link)
+        self._free_at = 0.0  # when the emulated wire finishes the previous bytes
+
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        data = chunk.data
+        while data:
+            rate = self.attr("rate")  # KB/s, 1 KB = 1000 bytes
+            if not self.engaged or rate <= 0:
+                await out.emit(Chunk(data, chunk.stamp))
+                return
+            # Like Toxiproxy, release big chunks in slices of 100 ms worth of bytes.
+            size = min(len(data), rate * 100)
+            piece, data = data[:size], data[size:]
+            await self._transmit(len(piece))
+            await out.emit(Chunk(piece, chunk.stamp))
+
+    async def _transmit(self, nbytes: int) -> None:
+        loop = asyncio.get_running_loop()
+        # A virtual clock: sleep overshoot is paid back on the next chunk, so the
+        # average rate holds; an idle wire earns no burst credit.
+        start = max(loop.time(), self._free_at)
+
+        def due() -> float | None:
+            rate = self.attr("rate")
+            if rate <= 0:
+                return None
+            self._free_at = start + nbytes / (rate * 1000.0)
+            return self._free_at
+
+        await self.hold_until(due)
+        if not self.engaged:
+            self._free_at = loop.time()
+
+
+class _SlowClose(_Runtime):
+    async def eof(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self.attr("delay") / 1000.0
+        await self.hold_until(lambda: deadline)
+
+
+class _Timeout(_Runtime):
+    """Drops all data; closes the stream after ``timeout`` ms (0 = never).
+
+    The timer runs from when the toxic starts acting (connection start, or being
+    added to a live connection), not from the first byte. Removing the toxic
+    closes the connections it was holding, as Toxiproxy's cleanup does.
+    """
+
+    def __init__(self, toxic: Toxic, link: _Link) -> None:
+        super().__init__(toxic, link)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        self.stopped()
+        timeout = self.attr("timeout")
+        if self.engaged and timeout > 0:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(timeout / 1000.0, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        self.link.close_after(self)
+
+    def attached(self) -> None:
+        self._arm()
+
+    def updated(self) -> None:
+        super().updated()
+        self._arm()
+
+    def detached(self, rest_index: int) -> None:
+        was_engaged = self.engaged
+        super().detached(rest_index)
+        self.stopped()
+        if was_engaged:
+            self.link.close_from(rest_index)
+
+    def stopped(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        # Data is dropped on the floor while the toxic is active, as in Toxiproxy.
+        return
+
+
+class _ResetPeer(_Runtime):
+    """On the first data in its stream, waits ``timeout`` ms then resets (TCP RST)."""
+
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        deadline = asyncio.get_running_loop().time() + self.attr("timeout") / 1000.0
+        await self.hold_until(lambda: deadline)
+        if not self.engaged:
+            await out.emit(chunk)
+            return
+        self.link.connection.reset()
+
+
+class _LimitData(_Runtime):
+    def __init__(self, toxic: Toxic, link: _Link) -> None:
+        super().__init__(toxic, link)
+        self._passed = 0  # per connection, kept across updates like Toxiproxy's state
+
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        remaining = max(0, self.attr("bytes") - self._passed)
+        data = chunk.data[:remaining]
+        if data:
+            self._passed += len(data)
+            await out.emit(Chunk(data, chunk.stamp))
+        if self.attr("bytes") - self._passed <= 0:
+            await out.close()
+
+
+class _Slicer(_Runtime):
+    async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
+        average = self.attr("average_size")
+        if average <= 0:
+            await out.emit(chunk)
+            return
+        variation = max(0, min(self.attr("size_variation"), average - 1))
+        data, pos = chunk.data, 0
+        while pos < len(data):
+            size = average + (random.randint(-variation, variation) if variation else 0)
+            await out.emit(Chunk(data[pos : pos + size], chunk.stamp))
+            pos += size
+            delay_us = self.attr("delay")
+            if pos < len(data) and delay_us > 0:
+                await self.link.pause(delay_us / 1e6)
+
+
+RUNTIMES: dict[str, type[_Runtime]] = {
+    "noop": _Runtime,
+    "latency": _Latency,
+    "bandwidth": _Bandwidth,
+    "slow_close": _SlowClose,
+    "timeout": _Timeout,
+    "reset_peer": _ResetPeer,
+    "limit_data": _LimitData,
+    "slicer": _Slicer,
+}
+
+
+# --------------------------------------------------------------------------- data plane
+
+
+class _ChunkBuffer:
+    """A FIFO of chunks bounded by bytes; ``None`` marks the end of the stream."""
+
+    def __init__(self, limit: int) -> None:
+        self._items: collections.deque[Chunk | None] = collections.deque()
+        self._bytes = 0
+        self._limit = limit
+        self._discarding = False
+        self._ready = asyncio.Event()
+        self._space = asyncio.Event()
+
+    async def put(self, chunk: Chunk) -> None:
+        while self._bytes >= self._limit and not self._discarding:
+            self._space.clear()
+            await self._space.wait()
+        if self._discarding:
+            return
+        self._items.append(chunk)
+        self._bytes += len(chunk.data)
+        self._ready.set()
+
+    def put_eof(self) -> None:
+        self._items.append(None)
+        self._ready.set()
+
+    async def get(self) -> Chunk | None:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if item is not None:
+            self._bytes -= len(item.data)
+            if self._bytes < self._limit:
+                self._space.set()
+        return item
+
+    def discard(self) -> None:
+        """Nobody will read any more: drop what is queued, never block the reader."""
+        self._discarding = True
+        self._items.clear()
+        self._bytes = 0
+        self._space.set()
+
+
+def _set_linger_zero(writer: asyncio.StreamWriter) -> None:
+    # SO_LINGER {on, 0 s} makes close() send a TCP RST instead of a FIN.
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+class _Link:
+    """One direction of a proxied connection: source → toxics → destination."""
+
+    def __init__(
+        self,
+        connection: _Connection,
+        stream: str,
+        source: asyncio.StreamReader,
+        dest: asyncio.StreamWriter,
+        toxics: Sequence[Toxic],
+    ) -> None:
+        self.connection = connection
+        self.stream = stream
+        self._source = source
+        self._dest = dest
+        self._loop = asyncio.get_running_loop()
+        self._buffer = _ChunkBuffer(BUFFER_LIMIT)
+        self._runtimes: list[_Runtime] = []
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._done = asyncio.Event()
+        for toxic in toxics:
+            self.attach(toxic)
+
+    # ---- toxic management (called by the proxy on API changes)
+
+    def attach(self, toxic: Toxic) -> None:
+        if self._closing:
+            return
+        runtime = RUNTIMES[toxic.type](toxic, self)
+        self._runtimes.append(runtime)
+        runtime.attached()
+        self.notify()
+
+    def update(self, name: str) -> None:
+        for runtime in self._runtimes:
+            if runtime.toxic.name == name:
+                runtime.updated()
+        self.notify()
+
+    def detach(self, name: str) -> None:
+        for index, runtime in enumerate(self._runtimes):
+            if runtime.toxic.name == name:
+                del self._runtimes[index]
+                runtime.detached(index)
+                break
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake a sleeping toxic so it re-reads its (possibly changed) settings."""
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; a toxic change (``notify``) ends it early."""
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.add(waiter)
+        timer = self._loop.call_later(seconds, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)
+
+    # ---- lifecycle
+
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("link %s task failed", self.stream, exc_info=task.exception())
+            self.connection.kill()
+
+    async def run(self) -> None:
+        self._spawn(self._read_loop())
+        self._pump_task = self._spawn(self._pump())
+        try:
+            await self._done.wait()
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop at once: no flushing (the connection is being killed or is done)."""
+        self._closing = True
+        self._buffer.discard()
+        for runtime in self._runtimes:
+            runtime.stopped()
+        for task in list(self._tasks):
+            if task is not asyncio.current_task():
+                task.cancel()
+        self._done.set()
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._source.read(READ_SIZE)
+                if not data:
+                    break
+                await self._buffer.put(Chunk(data, self._loop.time()))
+        except OSError as exc:  # e.g. the peer reset: an end of stream like any other
+            logger.debug("link %s source ended: %s", self.stream, exc)
+        self._buffer.put_eof()
+
+    async def _pump(self) -> None:
+        try:
+            while not self._closing:
+                chunk = await self._buffer.get()
+                chain = tuple(self._runtimes)
+                if chunk is None:
+                    await self.finish_through(chain)
+                    return
+                await self.through(chain, 0, chunk)
+        except OSError as exc:
+            # The destination broke: nothing more can be delivered on this link.
+            logger.debug("link %s destination failed: %s", self.stream, exc)
+            self._dest.transport.abort()
+            self._closing = True
+            self._buffer.discard()
+            self._done.set()
+
+    async def through(self, chain: tuple[_Runtime, ...], index: int, chunk: Chunk) -> None:
+        """Run ``chunk`` through ``chain[index:]`` and write what comes out."""
+        while index < len(chain) and not chain[index].engaged:
+            index += 1
+        if self._closing:
+            return
+        if index == len(chain):
+            await self._write(chunk.data)
+            return
+        await chain[index].pipe(chunk, _Outlet(self, chain, index + 1))
+
+    async def _write(self, data: bytes) -> None:
+        if self._dest.is_closing():
+            raise ConnectionResetError("destination closed")
+        self._dest.write(data)
+        await self._dest.drain()
+
+    async def finish_through(self, chain: Sequence[_Runtime]) -> None:
+        """End of stream: let ``chain`` see it (slow_close waits), then close."""
+        if self._closing:
+            return
+        self._closing = True
+        self._buffer.discard()
+        for runtime in chain:
+            if runtime.engaged:
+                await runtime.eof()
+        # Toxiproxy closes the destination fully (no half-close); the other link
+        # then sees EOF on the same socket and closes its own destination.
+        self._dest.close()
+        self._done.set()
+
+    def close_from(self, index: int) -> None:
+        """End the stream at chain position ``index`` from outside the pump (timers, API)."""
+        if self._closing:
+            return
+        rest = tuple(self._runtimes[index:])
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+        self._spawn(self.finish_through(rest))
+
+    def close_after(self, runtime: _Runtime) -> None:
+        if runtime in self._runtimes:
+            self.close_from(self._runtimes.index(runtime) + 1)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Connection:
+    """A client connection and its upstream connection, joined by two links."""
+
+    def __init__(
+        self,
+        proxy: _Proxy,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> None:
+        self._writers = (client[1], upstream[1])
+        self.links = {
+            UPSTREAM: _Link(self, UPSTREAM, client[0], upstream[1], proxy.toxics_for(UPSTREAM)),
+            DOWNSTREAM: _Link(
+                self, DOWNSTREAM, upstream[0], client[1], proxy.toxics_for(DOWNSTREAM)
+            ),
+        }
+
+    async def run(self) -> None:
+        try:
+            await asyncio.gather(*(link.run() for link in self.links.values()))
+        finally:
+            for writer in self._writers:
+                if not writer.is_closing():
+                    writer.close()
+
+    def kill(self, *, rst: bool = False) -> None:
+        """Drop both sockets now (RST if ``rst``, else close) and stop both links."""
+        for link in self.links.values():
+            link.cancel()
+        for writer in self._writers:
+            if rst:
+                _set_linger_zero(writer)
+            writer.transport.abort()
+
+    def reset(self) -> None:
+        logger.debug("resetting connection (reset_peer)")
+        self.kill(rst=True)
+
+
+# --------------------------------------------------------------------------- proxies
+
+
+@dataclass(eq=False)  # identity semantics: a proxy is a live object, not a value
+class _Proxy:
+    name: str
+    listen: str
+    upstream: str
+    enabled: bool = False
+    toxics: list[Toxic] = field(default_factory=list)
+    _server: asyncio.Server | None = None
+    _connections: set[_Connection] = field(default_factory=set)
+    _epoch: int = 0  # bumped on stop so in-flight accepts know they are stale
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "listen": self.listen,
+            "upstream": self.upstream,
+            "enabled": self.enabled,
+            "toxics": [toxic.to_json() for toxic in self.ordered_toxics()],
+        }
+
+    def ordered_toxics(self) -> list[Toxic]:
+        # Toxiproxy lists the upstream chain first, then the downstream one.
+        return [t for t in self.toxics if t.stream == UPSTREAM] + [
+            t for t in self.toxics if t.stream == DOWNSTREAM
+        ]
+
+    def toxics_for(self, stream: str) -> list[Toxic]:
+        return [t for t in self.toxics if t.stream == stream]
+
+    def find_toxic(self, name: str) -> Toxic:
+        for toxic in self.toxics:
+            if toxic.name == name:
+                return toxic
+        _fail(TOXIC_NOT_FOUND)
+
+    # ---- listening
+
+    async def start(self) -> None:
+        if self.enabled:
+            return
+        host, port = split_hostport(self.listen)
+        try:
+            server = await asyncio.start_server(
+                self._accept, host or None, port, reuse_address=True
+            )
+        except OSError as exc:
+            raise ApiError(f"listen tcp {self.listen}: {exc.strerror or exc}", 500) from exc
+        self._server = server
+        self.listen = _format_hostport(server.sockets[0].getsockname())
+        self.enabled = True
+        logger.info("proxy %s listening on %s -> %s", self.name, self.listen, self.upstream)
+
+    async def stop(self) -> None:
+        if not self.enabled:
+            return
+        self.enabled = False
+        self._epoch += 1
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        # Toxiproxy drops live connections when a proxy is disabled.
+        for connection in list(self._connections):
+            connection.kill()
+        if server is not None:
+            await server.wait_closed()
+        logger.info("proxy %s stopped", self.name)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        epoch = self._epoch
+        host, port = split_hostport(self.upstream)
+        try:
+            upstream = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            logger.warning("proxy %s: upstream %s unreachable: %s", self.name, self.upstream, exc)
+            writer.close()
+            return
+        if epoch != self._epoch:  # disabled while we were dialling
+            upstream[1].transport.abort()
+            writer.transport.abort()
+            return
+        connection = _Connection(self, (reader, writer), upstream)
+        self._connections.add(connection)
+        logger.debug("proxy %s: client %s", self.name, writer.get_extra_info("peername"))
+        try:
+            await connection.run()
+        except Exception:
+            logger.exception("proxy %s: connection failed", self.name)
+            connection.kill()
+        finally:
+            self._connections.discard(connection)
+
+    # ---- toxics on live connections
+
+    def add_toxic(self, toxic: Toxic) -> None:
+        if any(t.name == toxic.name for t in self.toxics):
+            _fail(TOXIC_EXISTS)
+        self.toxics.append(toxic)
+        for connection in list(self._connections):
+            connection.links[toxic.stream].attach(toxic)
+
+    def update_toxic(self, toxic: Toxic) -> None:
+        for connection in list(self._connections):
+            connection.links[toxic.stream].update(toxic.name)
+
+    def remove_toxic(self, name: str) -> None:
+        toxic = self.find_toxic(name)
+        self.toxics.remove(toxic)
+        for connection in list(self._connections):
+            connection.links[toxic.stream].detach(name)
+
+    def remove_all_toxics(self) -> None:
+        for toxic in list(self.toxics):
+            self.remove_toxic(toxic.name)
+
+
+# --------------------------------------------------------------------------- HTTP API
+
+
+def _json_reply(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+@web.middleware
+async def _errors_as_json(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        if exc.status >= 500:
+            logger.warning("%s %s: %s", request.method, request.path, exc.message)
+        return _json_reply({"error": exc.message, "status": exc.status}, exc.status)
+
+
+async def _read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        raise _bad_request("EOF")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise _bad_request(str(exc)) from exc
+
+
+def _opt_str(body: dict[str, Any], key: str, default: str) -> str:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _bad_request(f"{key} must be a string")
+    return value
+
+
+def _opt_bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad_request(f"{key} must be a boolean")
+    return value
+
+
+@dataclass
+class _ProxySpec:
+    name: str
+    listen: str
+    upstream: str
+    enabled: bool
+
+
+def _parse_proxy_spec(body: Any, where: str = "") -> _ProxySpec:
+    if not isinstance(body, dict):
+        raise _bad_request("expected a JSON object")
+    name = _opt_str(body, "name", "")
+    if not name:
+        raise _missing_field(f"name{where}")
+    upstream = _opt_str(body, "upstream", "")
+    if not upstream:
+        raise _missing_field(f"upstream{where}")
+    split_hostport(upstream)
+    # An empty listen would mean "all interfaces, any port"; default to loopback instead.
+    listen = _opt_str(body, "listen", "") or "127.0.0.1:0"
+    split_hostport(listen)
+    return _ProxySpec(name, listen, upstream, _opt_bool(body, "enabled", True))
+
+
+class ToxiproxyServer:
+    """The stand-in, in-process: ``port = await server.start(host, port)``; ``await stop()``."""
+
+    def __init__(self) -> None:
+        self._proxies: dict[str, _Proxy] = {}
+        self._lock = asyncio.Lock()  # API changes that await (listen/stop) don't interleave
+        self._runner: web.AppRunner | None = None
+        self.host = ""
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 8474) -> int:
+        app = web.Application(middlewares=[_errors_as_json])
+        self._add_routes(app)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        self._runner = runner
+        sockname = runner.addresses[0]
+        self.host, self.port = str(sockname[0]), int(sockname[1])
+        logger.info("toxiproxy stand-in API on %s", self.url)
+        return self.port
+
+    async def stop(self) -> None:
+        async with self._lock:
+            for proxy in self._proxies.values():
+                await proxy.stop()
+            self._proxies.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/version", self._version)
+        app.router.add_post("/reset", self._reset)
+        app.router.add_post("/populate", self._populate)
+        app.router.add_get("/proxies", self._proxy_index)
+        app.router.add_post("/proxies", self._proxy_create)
+        app.router.add_get("/proxies/{proxy}", self._proxy_show)
+        app.router.add_post("/proxies/{proxy}", self._proxy_update)
+        app.router.add_patch("/proxies/{proxy}", self._proxy_update)
+        app.router.add_delete("/proxies/{proxy}", self._proxy_delete)
+        app.router.add_get("/proxies/{proxy}/toxics", self._toxic_index)
+        app.router.add_post("/proxies/{proxy}/toxics", self._toxic_create)
+        app.router.add_get("/proxies/{proxy}/toxics/{toxic}", self._toxic_show)
+        app.router.add_post("/proxies/{proxy}/toxics/{toxic}", self._toxic_update)
+        app.router.add_patch("/proxies/{proxy}/toxics/{toxic}", self._toxic_update)
+        app.router.add_delete("/proxies/{proxy}/toxics/{toxic}", self._toxic_delete)
+
+    def _proxy(self, request: web.Request) -> _Proxy:
+        proxy = self._proxies.get(request.match_info["proxy"])
+        if proxy is None:
+            _fail(PROXY_NOT_FOUND)
+        return proxy
+
+    # ---- handlers
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=json.dumps({"version": VERSION}) + "\n",
+            content_type="application/json",
+            charset="utf-8",
+        )
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        async with self._lock:
+            for proxy in self._proxies.values():
+                await proxy.start()
+                proxy.remove_all_toxics()
+        return web.Response(status=204)
+
+    async def _populate(self, request: web.Request) -> web.Response:
+        try:
+            body = await _read_json(request)
+            if not isinstance(body, list):
+                raise _bad_request("expected a JSON array of proxies")
+            specs = [_parse_proxy_spec(item, f" at proxy {i + 1}") for i, item in enumerate(body)]
+            names = [spec.name for spec in specs]
+            if len(set(names)) != len(names):
+                raise _bad_request("duplicate proxy name")
+            async with self._lock:
+                proxies = [await self._add_or_replace(spec) for spec in specs]
+        except ApiError as exc:
+            # Toxiproxy's populate error reply also carries the (null) proxy list.
+            payload = {"error": exc.message, "status": exc.status, "proxies": None}
+            return _json_reply(payload, exc.status)
+        return _json_reply({"proxies": [p.to_json() for p in proxies]}, 201)
+
+    async def _add_or_replace(self, spec: _ProxySpec) -> _Proxy:
+        existing = self._proxies.get(spec.name)
+        if existing is not None:
+            if existing.listen == spec.listen and existing.upstream == spec.upstream:
+                return existing
+            await existing.stop()
+            del self._proxies[spec.name]
+        return await self._create(spec)
+
+    async def _create(self, spec: _ProxySpec) -> _Proxy:
+        proxy = _Proxy(spec.name, spec.listen, spec.upstream)
+        if spec.enabled:
+            await proxy.start()
+        self._proxies[spec.name] = proxy
+        return proxy
+
+    async def _proxy_index(self, request: web.Request) -> web.Response:
+        return _json_reply({name: p.to_json() for name, p in self._proxies.items()})
+
+    async def _proxy_create(self, request: web.Request) -> web.Response:
+        spec = _parse_proxy_spec(await _read_json(request))
+        async with self._lock:
+            if spec.name in self._proxies:
+                _fail(PROXY_EXISTS)
+            proxy = await self._create(spec)
+        return _json_reply(proxy.to_json(), 201)
+
+    async def _proxy_show(self, request: web.Request) -> web.Response:
+        return _json_reply(self._proxy(request).to_json())
+
+    async def _proxy_update(self, request: web.Request) -> web.Response:
+        async with self._lock:
+            proxy = self._proxy(request)
+            body = await _read_json(request)
+            if not isinstance(body, dict):
+                raise _bad_request("expected a JSON object")
+            listen = _opt_str(body, "listen", proxy.listen)
+            upstream = _opt_str(body, "upstream", proxy.upstream)
+            enabled = _opt_bool(body, "enabled", proxy.enabled)
+            split_hostport(listen)
+            split_hostport(upstream)
+            # As in Toxiproxy: a new address restarts the listener (dropping
+            # connections); then the enabled flag is applied.
+            if listen != proxy.listen or upstream != proxy.upstream:
+                await proxy.stop()
+                proxy.listen, proxy.upstream = listen, upstream
+            if enabled and not proxy.enabled:
+                await proxy.start()
+            elif not enabled:
+                await proxy.stop()
+        return _json_reply(proxy.to_json())
+
+    async def _proxy_delete(self, request: web.Request) -> web.Response:
+        async with self._lock:
+            proxy = self._proxy(request)
+            await proxy.stop()
+            del self._proxies[proxy.name]
+        return web.Response(status=204)
+
+    async def _toxic_index(self, request: web.Request) -> web.Response:
+        return _json_reply([t.to_json() for t in self._proxy(request).ordered_toxics()])
+
+    async def _toxic_create(self, request: web.Request) -> web.Response:
+        proxy = self._proxy(request)
+        toxic = parse_new_toxic(await _read_json(request))
+        proxy.add_toxic(toxic)
+        return _json_reply(toxic.to_json())
+
+    async def _toxic_show(self, request: web.Request) -> web.Response:
+        proxy = self._proxy(request)
+        return _json_reply(proxy.find_toxic(request.match_info["toxic"]).to_json())
+
+    async def _toxic_update(self, request: web.Request) -> web.Response:
+        proxy = self._proxy(request)
+        toxic = proxy.find_toxic(request.match_info["toxic"])
+        body = await _read_json(request)
+        if not isinstance(body, dict):
+            raise _bad_request("expected a JSON object")
+        # Only attributes and toxicity can change; name, type and stream are fixed.
+        attributes = _parse_int_attributes(toxic.type, body.get("attributes"), toxic.attributes)
+        toxic.toxicity = _parse_toxicity(body.get("toxicity"), toxic.toxicity)
+        toxic.attributes = attributes
+        proxy.update_toxic(toxic)
+        return _json_reply(toxic.to_json())
+
+    async def _toxic_delete(self, request: web.Request) -> web.Response:
+        self._proxy(request).remove_toxic(request.match_info["toxic"])
+        return web.Response(status=204)
+
+
+# --------------------------------------------------------------------------- running it
+
+
+async def serve(host: str, port: int) -> None:
+    """Run until SIGINT/SIGTERM, printing the ``listening on`` line once accepting."""
+    server = ToxiproxyServer()
+    await server.start(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    # Parents (run_in_subprocess, loadtest/wan.py) wait for exactly this line.
+    print(f"{LISTENING_PREFIX}{server.url}", file=sys.stderr, flush=True)
+    try:
+        await stop.wait()
+    finally:
+        logger.info("shutting down")
+        await server.stop()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Toxiproxy stand-in (HTTP API + TCP proxies)")
+    parser.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8474, help="API port; 0 picks a free one")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--no-uvloop", action="store_true", help="use the stock asyncio loop")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    factory = None if args.no_uvloop else _loop_factory()
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(args.host, args.port))
+    return 0
+
+
+@contextlib.contextmanager
+def run_in_subprocess(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    startup_timeout: float = 15.0,
+    log_level: str = "INFO",
+) -> Iterator[str]:
+    """Run the stand-in as ``python -m loadtest.toxiproxy_server``; yield its API URL.
+
+    For synchronous callers (pytest fixtures, the demo). The child's stderr is
+    forwarded to this process's logging; the child is stopped by PID at exit
+    (SIGTERM, then SIGKILL if it does not exit within 5 s).
+    """
+    cmd = [sys.executable, "-m", "loadtest.toxiproxy_server", "--host", host]
+    cmd += ["--port", str(port), "--log-level", log_level]
+    env = dict(os.environ)
+    # The child must import `loadtest` even when the project is not installed.
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    with subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, env=env,
+    ) as proc:  # fmt: skip
+        watcher = _StderrWatcher(proc)
+        try:
+            yield watcher.wait_for_url(startup_timeout)
+        finally:
+            _stop_process(proc)
+            watcher.join()
+
+
+class _StderrWatcher:
+    """Reads a child's stderr on a thread: finds ``listening on URL``, forwards the rest."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self._proc = proc
+        self._url: str | None = None
+        self._ready = threading.Event()
+        self._log = logging.getLogger(f"{__name__}.child")
+        self._thread = threading.Thread(target=self._drain, name="toxiproxy-stderr", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        assert self._proc.stderr is not None
+        # Keep reading after startup too: a full pipe would block the child.
+        for line in self._proc.stderr:
+            line = line.rstrip("\n")
+            if self._url is None and line.startswith(LISTENING_PREFIX):
+                self._url = line[len(LISTENING_PREFIX) :].strip()
+                self._ready.set()
+            else:
+                self._log.info("[pid %s] %s", self._proc.pid, line)
+        self._ready.set()  # EOF: the child is gone; unblock the waiter
+
+    def wait_for_url(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"toxiproxy stand-in did not start within {timeout} s")
+        if self._url is None:
+            raise RuntimeError(f"toxiproxy stand-in exited with code {self._proc.wait()}")
+        return self._url
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+
+def _stop_process(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        logger.warning("pid %s ignored SIGTERM; killing it", proc.pid)
+        proc.kill()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""The Toxiproxy stand-in's own tests, driven only through toxiproxy-python and requests.
+
+They go through loadtest/wan.py like everything else, so with ``TOXIPROXY_URL``
+set they run unchanged against a real ``toxiproxy-server`` (on this host, since
+the upstreams listen on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import socketserver
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
+
+from loadtest.wan import (
+    WanProxy,
+    add_bandwidth,
+    add_latency,
+    create_hub_proxy,
+    start_toxiproxy,
+    toxiproxy_client,
+    wan_link,
+)
+
+LOCALHOST = "127.0.0.1"
+IO_TIMEOUT = 5.0
+
+# --------------------------------------------------------------------------- upstreams
+
+
+class _EchoHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(10)  # a stuck test must not leave the thread behind forever
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with contextlib.suppress(OSError):
+            while data := sock.recv(65536):
+                sock.sendall(data)
+
+
+class _BlobHandler(socketserver.StreamRequestHandler):
+    """Reads a decimal byte count on a line, sends that many bytes, then closes."""
+
+    timeout = 10
+
+    def handle(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            count = int(self.rfile.readline())
+            self.wfile.write(b"x" * count)
+
+
+class _ThreadedServer(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+@contextlib.contextmanager
+def _serve(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
+    server = _ThreadedServer((LOCALHOST, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        host, port = server.server_address[:2]
+        yield f"{host!s}:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture(scope="module")
+def echo_upstream() -> Iterator[str]:
+    with _serve(_EchoHandler) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def blob_upstream() -> Iterator[str]:
+    with _serve(_BlobHandler) as address:
+        yield address
+
+
+# --------------------------------------------------------------------------- toxiproxy
+
+
+@pytest.fixture(scope="module")
+def api_url() -> Iterator[str]:
+    with start_toxiproxy() as url:
+        yield url
+
+
+@pytest.fixture
+def client(api_url: str) -> Iterator[Any]:
+    client = toxiproxy_client(api_url)
+    # Each test owns the whole server (also one given by TOXIPROXY_URL): start clean.
+    client.destroy_all()
+    yield client
+    client.destroy_all()
+
+
+def _create(client: Any, upstream: str, name: str) -> Any:
+    return client.create(upstream=upstream, name=name, listen=f"{LOCALHOST}:0")
+
+
+# --------------------------------------------------------------------------- socket helpers
+
+
+def _connect(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=IO_TIMEOUT)
+    # Without NODELAY, Nagle + delayed ACKs add tens of ms to small writes.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        more = sock.recv(size - len(data))
+        if not more:
+            raise EOFError(f"got {len(data)} of {size} bytes")
+        data += more
+    return bytes(data)
+
+
+def _recv_until_eof(sock: socket.socket) -> bytes:
+    data = bytearray()
+    while more := sock.recv(1 << 20):
+        data += more
+    return bytes(data)
+
+
+def _round_trip(sock: socket.socket, payload: bytes = b"ping") -> float:
+    start = time.perf_counter()
+    sock.sendall(payload)
+    assert _recv_exactly(sock, len(payload)) == payload
+    return time.perf_counter() - start
+
+
+def _median_rtt(sock: socket.socket, samples: int = 5) -> float:
+    return statistics.median(_round_trip(sock) for _ in range(samples))
+
+
+def _assert_closed_by_peer(sock: socket.socket) -> None:
+    sock.settimeout(2.0)
+    with contextlib.suppress(ConnectionResetError):  # FIN or RST both mean "closed"
+        assert sock.recv(100) == b""
+
+
+# --------------------------------------------------------------------------- API
+
+
+def test_version_and_running(client: Any) -> None:
+    assert client.running()
+    assert isinstance(json.loads(client.version())["version"], str)
+
+
+def test_proxy_lifecycle_and_json_shapes(client: Any, api_url: str, echo_upstream: str) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    assert isinstance(wan, WanProxy) and wan.port != 0  # "127.0.0.1:0" got a real port
+
+    assert client.proxies()["hub"].listen == wan.listen
+    shown = requests.get(f"{api_url}/proxies/hub", timeout=IO_TIMEOUT).json()
+    assert shown == {
+        "name": "hub",
+        "listen": wan.listen,
+        "upstream": echo_upstream,
+        "enabled": True,
+        "toxics": [],
+    }
+
+    wan.proxy.add_toxic(type="latency", attributes={"latency": 5})
+    toxic = {
+        "name": "latency_downstream",
+        "type": "latency",
+        "stream": "downstream",
+        "toxicity": 1.0,
+        "attributes": {"latency": 5, "jitter": 0},
+    }
+    assert requests.get(f"{api_url}/proxies/hub/toxics", timeout=IO_TIMEOUT).json() == [toxic]
+    assert requests.get(f"{api_url}/proxies/hub", timeout=IO_TIMEOUT).json()["toxics"] == [toxic]
+    assert wan.proxy.get_toxic("latency_downstream").attributes["latency"] == 5
+
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        _round_trip(sock, b"hello through the proxy")
+
+    # Recreating the hub (as each test run does) replaces it, toxics and all.
+    again = create_hub_proxy(api_url, echo_upstream)
+    assert again.proxy.toxics() == {}
+    assert again.proxy.destroy()
+    assert client.get_proxy("hub") is None
+
+
+def test_api_errors_are_json(client: Any, api_url: str, echo_upstream: str) -> None:
+    def error(reply: requests.Response, status: int) -> str:
+        assert reply.status_code == status
+        body = reply.json()
+        assert body["status"] == status and isinstance(body["error"], str) and body["error"]
+        return str(body["error"])
+
+    missing = requests.get(f"{api_url}/proxies/missing", timeout=IO_TIMEOUT)
+    assert error(missing, 404) == "proxy not found"
+
+    proxy = _create(client, echo_upstream, "errs")
+    spec = {"name": "errs", "upstream": echo_upstream, "listen": f"{LOCALHOST}:0"}
+    duplicate = requests.post(f"{api_url}/proxies", json=spec, timeout=IO_TIMEOUT)
+    assert error(duplicate, 409) == "proxy already exists"
+    with pytest.raises(ProxyExists):
+        _create(client, echo_upstream, "errs")
+
+    proxy.add_toxic(type="latency", name="lat", attributes={"latency": 1})
+    with pytest.raises(ProxyExists):  # 409 "toxic already exists"
+        proxy.add_toxic(type="latency", name="lat")
+    with pytest.raises(InvalidToxic):  # 400 "invalid toxic type"
+        proxy.add_toxic(type="no_such_toxic")
+    sideways = {"type": "latency", "stream": "sideways"}
+    error(requests.post(f"{api_url}/proxies/errs/toxics", json=sideways, timeout=IO_TIMEOUT), 400)
+    bad_json = requests.post(f"{api_url}/proxies", data=b"{not json", timeout=IO_TIMEOUT)
+    error(bad_json, 400)
+    no_upstream = {"name": "no_upstream"}
+    error(requests.post(f"{api_url}/proxies", json=no_upstream, timeout=IO_TIMEOUT), 400)
+
+    no_toxic = requests.delete(f"{api_url}/proxies/errs/toxics/missing", timeout=IO_TIMEOUT)
+    assert error(no_toxic, 404) == "toxic not found"
+    with pytest.raises(NotFound):
+        proxy.destroy_toxic("missing")
+    proxy.destroy()
+    with pytest.raises(NotFound):
+        proxy.add_toxic(type="latency")
+
+
+def test_reset_reenables_proxies_and_removes_toxics(client: Any, echo_upstream: str) -> None:
+    slow = _create(client, echo_upstream, "reset_slow")
+    down = _create(client, echo_upstream, "reset_down")
+    slow.add_toxic(type="latency", attributes={"latency": 500})
+    down.add_toxic(type="timeout", attributes={"timeout": 0})
+    down.disable()
+
+    assert client.reset()
+
+    for name in ("reset_slow", "reset_down"):
+        proxy = client.get_proxy(name)
+        assert proxy.enabled and proxy.toxics() == {}
+        with contextlib.closing(_connect(proxy.listen)) as sock:
+            assert _round_trip(sock) < 0.1
+
+
+def test_populate_creates_and_replaces(
+    client: Any, api_url: str, echo_upstream: str, blob_upstream: str
+) -> None:
+    specs = [
+        {"name": name, "listen": f"{LOCALHOST}:0", "upstream": echo_upstream}
+        for name in ("pop_a", "pop_b")
+    ]
+    reply = requests.post(f"{api_url}/populate", json=specs, timeout=IO_TIMEOUT)
+    assert reply.status_code == 201
+    proxies = reply.json()["proxies"]
+    assert [p["name"] for p in proxies] == ["pop_a", "pop_b"]
+    assert all(p["enabled"] and p["toxics"] == [] for p in proxies)
+    with contextlib.closing(_connect(proxies[0]["listen"])) as sock:
+        _round_trip(sock)
+
+    # Same name, different upstream: the proxy is replaced.
+    replacement = [{"name": "pop_b", "listen": proxies[1]["listen"], "upstream": blob_upstream}]
+    reply = requests.post(f"{api_url}/populate", json=replacement, timeout=IO_TIMEOUT)
+    assert reply.status_code == 201
+    assert client.get_proxy("pop_b").upstream == blob_upstream
+
+    invalid = requests.post(f"{api_url}/populate", json=[{"name": "pop_c"}], timeout=IO_TIMEOUT)
+    assert invalid.status_code == 400 and invalid.json()["status"] == 400
+
+    made = client.populate([{"name": "pop_d", "upstream": echo_upstream, "listen": "127.0.0.1:0"}])
+    assert [p.name for p in made] == ["pop_d"]
+
+
+# --------------------------------------------------------------------------- toxics
+
+
+def test_latency_adds_to_round_trip_on_live_connection(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        base = _median_rtt(sock)
+        (name,) = add_latency(wan.proxy, 60)  # added while the connection is open
+        delayed = _median_rtt(sock)
+        assert 0.050 <= delayed - base <= 0.070
+
+        wan.proxy.destroy_toxic(name)
+        assert _median_rtt(sock) - base < 0.010
+
+
+def test_wan_link_yields_a_delayed_url_and_cleans_up(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    with wan_link(api_url, f"http://{echo_upstream}/base?q=1", latency_ms=60) as url:
+        parts = urlsplit(url)
+        assert (parts.scheme, parts.path, parts.query) == ("http", "/base", "q=1")
+        assert parts.netloc == client.get_proxy("hub").listen
+        with contextlib.closing(_connect(parts.netloc)) as sock:
+            assert 0.055 <= _median_rtt(sock, 3) <= 0.075
+    assert client.get_proxy("hub") is None
+
+
+def test_latency_does_not_add_up_over_many_small_packets(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    add_latency(wan.proxy, 60)
+    packets = [b"%07d," % i for i in range(20)]
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        start = time.perf_counter()
+        for packet in packets:
+            sock.sendall(packet)
+            time.sleep(0.005)
+        sent = time.perf_counter() - start
+        echoed = _recv_exactly(sock, sum(map(len, packets)))
+        elapsed = time.perf_counter() - start
+    assert echoed == b"".join(packets)  # order kept
+    # Each packet is delayed 60 ms from when it was read: the last one arrives ~60 ms
+    # after it was sent, not 20 × 60 ms after the first.
+    assert sent + 0.050 <= elapsed <= sent + 0.150
+
+
+def test_symmetric_latency_splits_the_round_trip(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        base = _median_rtt(sock)
+        add_latency(wan.proxy, 60, split="symmetric")
+        assert 0.050 <= _median_rtt(sock) - base <= 0.070
+    latencies = {t.stream: t.attributes["latency"] for t in wan.proxy.toxics().values()}
+    assert latencies == {"upstream": 30, "downstream": 30}
+
+
+def test_toxic_update_applies_to_live_connection(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    (name,) = add_latency(wan.proxy, 20)
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        assert 0.015 <= _median_rtt(sock) <= 0.030
+        url = f"{api_url}/proxies/hub/toxics/{name}"
+        reply = requests.post(url, json={"attributes": {"latency": 80}}, timeout=IO_TIMEOUT)
+        assert reply.status_code == 200
+        assert reply.json()["attributes"] == {"latency": 80, "jitter": 0}
+        assert 0.075 <= _median_rtt(sock) <= 0.095
+
+
+def test_toxicity_zero_has_no_effect(client: Any, api_url: str, echo_upstream: str) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    wan.proxy.add_toxic(type="latency", toxicity=0.0, attributes={"latency": 500})
+    assert wan.proxy.get_toxic("latency_downstream").toxicity == 0
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        assert _median_rtt(sock, 3) < 0.1
+
+
+def test_bandwidth_limits_throughput(client: Any, api_url: str, blob_upstream: str) -> None:
+    wan = create_hub_proxy(api_url, blob_upstream)
+    add_bandwidth(wan.proxy, 1000)  # 1000 KB/s = 1 MB/s
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        start = time.perf_counter()
+        sock.sendall(b"2000000\n")
+        data = _recv_until_eof(sock)
+        elapsed = time.perf_counter() - start
+    assert len(data) == 2_000_000
+    assert 1.6 <= elapsed <= 2.4
+
+
+def test_timeout_stops_data_then_closes(client: Any, echo_upstream: str) -> None:
+    proxy = _create(client, echo_upstream, "timeout")
+    proxy.add_toxic(type="timeout", attributes={"timeout": 300})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        start = time.perf_counter()
+        sock.sendall(b"ping")
+        assert sock.recv(100) == b""  # the echo was dropped, then the connection closed
+        assert 0.25 <= time.perf_counter() - start <= 1.5
+
+
+def test_timeout_zero_holds_until_removed(client: Any, echo_upstream: str) -> None:
+    proxy = _create(client, echo_upstream, "timeout0")
+    proxy.add_toxic(type="timeout", name="hold", attributes={"timeout": 0})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        sock.sendall(b"ping")
+        sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            sock.recv(100)
+        # As in Toxiproxy, removing a timeout toxic closes the connections it held.
+        proxy.destroy_toxic("hold")
+        _assert_closed_by_peer(sock)
+
+
+def test_reset_peer_resets_the_client(client: Any, echo_upstream: str) -> None:
+    proxy = _create(client, echo_upstream, "reset_peer")
+    proxy.add_toxic(type="reset_peer", attributes={"timeout": 100})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        start = time.perf_counter()
+        sock.sendall(b"ping")
+        with pytest.raises(ConnectionResetError):
+            sock.recv(100)
+        assert time.perf_counter() - start >= 0.09
+
+
+def test_limit_data_closes_after_n_bytes(client: Any, blob_upstream: str) -> None:
+    proxy = _create(client, blob_upstream, "limit")
+    proxy.add_toxic(type="limit_data", attributes={"bytes": 1000})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        sock.sendall(b"5000\n")
+        assert len(_recv_until_eof(sock)) == 1000
+
+
+def test_slow_close_delays_the_close(client: Any, blob_upstream: str) -> None:
+    proxy = _create(client, blob_upstream, "slow_close")
+    proxy.add_toxic(type="slow_close", attributes={"delay": 300})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        start = time.perf_counter()
+        sock.sendall(b"10\n")
+        assert _recv_exactly(sock, 10) == b"x" * 10
+        assert time.perf_counter() - start < 0.2  # data is not delayed...
+        assert _recv_until_eof(sock) == b""
+        assert time.perf_counter() - start >= 0.28  # ...only the close
+
+
+def test_disable_refuses_new_and_closes_live_connections(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    wan = create_hub_proxy(api_url, echo_upstream)
+    with contextlib.closing(_connect(wan.listen)) as live:
+        _round_trip(live)
+        wan.proxy.disable()
+        _assert_closed_by_peer(live)
+    assert client.get_proxy("hub").enabled is False
+    with pytest.raises(ConnectionRefusedError):
+        _connect(wan.listen)
+
+    wan.proxy.enable()
+    assert client.get_proxy("hub").listen == wan.listen  # same port again
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        _round_trip(sock)
+
+    with wan.proxy.down(), pytest.raises(ConnectionRefusedError):
+        _connect(wan.listen)
+    with contextlib.closing(_connect(wan.listen)) as sock:
+        _round_trip(sock)
