@@ -23,7 +23,7 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 demo: venv
-	$(BIN)/python -m loadtest.demo
+	$(BIN)/python -m loadtest.demo $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
