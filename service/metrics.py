@@ -8,13 +8,64 @@ several servers can live in one process (tests do that).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+
+class Histogram:
+    """Cumulative-bucket histogram counted in plain Python (cheap to observe)."""
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.buckets) + 1)  # last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(upper bound, observations <= bound) pairs, ending with +Inf."""
+        pairs, running = [], 0
+        for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
+            running += n
+            pairs.append((_bound_text(bound), float(running)))
+        return pairs
+
+    def quantile(self, q: float) -> float:
+        """An upper bound of the q-quantile (the bucket boundary that covers it)."""
+        if not self.count:
+            return 0.0
+        target, running = q * self.count, 0
+        for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
+            running += n
+            if running >= target:
+                return bound
+        return float("inf")
+
+
+def _bound_text(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSeries:
+    name: str
+    help: str
+    histogram: Histogram
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +79,17 @@ class Series:
 
 
 class SeriesCollector(Collector):
-    def __init__(self, series: list[Series]) -> None:
+    def __init__(self, series: list[Series | HistogramSeries]) -> None:
         self._series = series
 
     def collect(self) -> Iterator[Metric]:
         for s in self._series:
+            if isinstance(s, HistogramSeries):
+                h = s.histogram
+                yield HistogramMetricFamily(
+                    s.name, s.help, buckets=h.cumulative(), sum_value=h.sum
+                )
+                continue
             if s.kind == "counter":
                 # prometheus_client appends _total itself; keep the contract's names.
                 yield CounterMetricFamily(s.name.removesuffix("_total"), s.help, value=s.read())
@@ -40,7 +97,7 @@ class SeriesCollector(Collector):
                 yield GaugeMetricFamily(s.name, s.help, value=s.read())
 
 
-def make_registry(series: list[Series]) -> CollectorRegistry:
+def make_registry(series: list[Series | HistogramSeries]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(SeriesCollector(series))
     return registry

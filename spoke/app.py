@@ -16,6 +16,7 @@ from spoke.config import SpokeConfig
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex
 from spoke.policy import make_policy
+from spoke.resilience import CircuitBreaker, RetryPolicy
 from spoke.scrub import scrub
 from spoke.stats import SpokeStats, stats_series
 from spoke.store import ChunkStore
@@ -41,9 +42,7 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
     cache = await open_cache(config)
     app[handlers.CACHE] = cache
-    app[handlers.REGISTRY] = make_registry(
-        stats_series(cache.stats, lambda: cache.used_bytes, cache.capacity_bytes)
-    )
+    app[handlers.REGISTRY] = make_registry(stats_series(cache))
     try:
         yield
     finally:
@@ -73,6 +72,10 @@ async def open_cache(config: SpokeConfig) -> ChunkCache:
         meta_ttl_s=config.meta_ttl_s,
         fetch_concurrency=config.fetch_concurrency,
         stats=SpokeStats(),
+        retry=RetryPolicy(attempts=config.fetch_attempts, deadline_s=config.fetch_deadline_s),
+        breaker=CircuitBreaker(
+            failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s
+        ),
     )
     await cache.open()
     return cache

@@ -11,22 +11,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from protocol.chunks import chunk_bounds
 from protocol.digests import digest
 from protocol.manifest import Manifest, decode_manifest
+from service.metrics import Histogram
 from spoke.errors import ChunkCorrupt, HubTimeout, HubUnavailable, ObjectNotFound, VersionChanged
 from spoke.flight import SingleFlight
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey
 from spoke.policy import EvictionPolicy
+from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
 from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
 
@@ -36,6 +38,8 @@ T = TypeVar("T")
 # Hashing a chunk this large on the event loop would stall other requests.
 _INLINE_DIGEST_BYTES = 256 << 10
 _ACCESS_FLUSH_INTERVAL_S = 5.0
+# From a LAN-speed hit of the hub's page cache up to a chunk crawling over a sick WAN.
+FETCH_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,8 @@ class ChunkCache:
         meta_ttl_s: float,
         fetch_concurrency: int,
         stats: SpokeStats | None = None,
+        retry: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.store = store
         self.index = index
@@ -76,12 +82,18 @@ class ChunkCache:
         self.hub = hub
         self.capacity_bytes = capacity_bytes
         self.stats = stats or SpokeStats()
+        self.retry = retry or RetryPolicy()
+        self.breaker = breaker or CircuitBreaker()
+        self.retry_counters = RetryCounters()
+        self.fetch_latency = Histogram(FETCH_LATENCY_BUCKETS_S)
         self._resident: dict[str, Resident] = {}
         self._used_bytes = 0
         self._reserved_bytes = 0
         self._meta: TTLCache[str, Manifest] = TTLCache(maxsize=100_000, ttl=meta_ttl_s)
+        # Last manifest seen per object, kept past the TTL for stale-if-error.
+        self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
         self._chunk_flights: SingleFlight[str, bytes] = SingleFlight()
-        self._manifest_flights: SingleFlight[str, Manifest] = SingleFlight()
+        self._manifest_flights: SingleFlight[str, tuple[Manifest, bool]] = SingleFlight()
         self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
         # SQLite connections belong to one thread; every index call goes through it.
         self._db = ThreadPoolExecutor(1, thread_name_prefix="spoke-index")
@@ -132,42 +144,62 @@ class ChunkCache:
 
     # -- metadata -----------------------------------------------------------
 
-    async def manifest(self, path: str) -> Manifest:
-        """The current manifest of ``path``: cached for the TTL, else from the hub."""
+    async def manifest(self, path: str) -> tuple[Manifest, bool]:
+        """The manifest of ``path`` and whether it is stale.
+
+        Fresh: cached for the TTL, else asked of the hub. Stale: the hub could not
+        be reached, and the last manifest seen (in memory or in the index) stands
+        in, so cached chunks keep flowing during an outage (stale-if-error).
+        """
         cached = self._meta.get(path)
         if cached is not None:
-            return cached
-        manifest, _ = await self._manifest_flights.do(path, lambda: self._fetch_manifest(path))
-        return manifest
+            return cached, False
+        return (await self._manifest_flights.do(path, lambda: self._fetch_manifest(path)))[0]
 
     def invalidate(self, path: str) -> None:
         """Forget the cached metadata of ``path``; the next read asks the hub."""
         self._meta.pop(path, None)
 
-    async def _fetch_manifest(self, path: str) -> Manifest:
-        self.stats.manifest_fetches += 1
+    async def _fetch_manifest(self, path: str) -> tuple[Manifest, bool]:
+        async def attempt() -> tuple[Manifest, bytes]:
+            self.stats.manifest_fetches += 1
+            return await self.hub.fetch_manifest(path)
+
         try:
-            manifest, body = await self.hub.fetch_manifest(path)
+            manifest, body = await self._hub_call(attempt)
         except ObjectNotFound:
             self._meta.pop(path, None)
+            self._known.pop(path, None)
             await self._in_db(self.index.delete_manifest, path)
             raise
         except (HubUnavailable, HubTimeout):
-            stale = await self._in_db(self.index.load_manifest, path)
+            stale = await self._last_known(path)
             if stale is None:
                 raise
-            # stale-if-error: cached chunks keep flowing while the hub is away.
             self.stats.stale_manifests += 1
-            return decode_manifest(stale)
+            return stale, True
         self._meta[path] = manifest
-        await self._in_db(self.index.save_manifest, path, body, time.time())
-        return manifest
+        if self._known.get(path) != manifest:
+            self._known[path] = manifest
+            await self._in_db(self.index.save_manifest, path, body, time.time())
+        return manifest, False
+
+    async def _last_known(self, path: str) -> Manifest | None:
+        known = self._known.get(path)
+        if known is not None:
+            return known
+        body = await self._in_db(self.index.load_manifest, path)
+        return None if body is None else decode_manifest(body)
 
     # -- chunks -------------------------------------------------------------
 
     @property
     def used_bytes(self) -> int:
         return self._used_bytes
+
+    @property
+    def fetches_in_flight(self) -> int:
+        return len(self._chunk_flights)
 
     def is_cached(self, manifest: Manifest, index: int) -> bool:
         return ChunkKey.of(manifest, index).name in self._resident
@@ -221,13 +253,21 @@ class ChunkCache:
                 self._reserved_bytes -= bounds.length
 
     async def _fetch(self, key: ChunkKey, manifest: Manifest) -> bytes:
+        """Fetch and verify one chunk, with retries; only verified bytes come back."""
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
-        try:
+
+        async def attempt() -> bytes:
             async with self._fetch_slots:
                 self.stats.hub_fetches += 1
+                started = time.perf_counter()
                 data = await self.hub.fetch_range(key.path, key.etag, bounds)
+                self.fetch_latency.observe(time.perf_counter() - started)
             self.stats.hub_bytes += len(data)
             await self._verify(manifest, key.index, data)
+            return data
+
+        try:
+            return await self._hub_call(attempt)
         except VersionChanged:
             self.stats.fill_failures += 1
             self.invalidate(key.path)
@@ -235,7 +275,11 @@ class ChunkCache:
         except Exception:
             self.stats.fill_failures += 1
             raise
-        return data
+
+    async def _hub_call(self, call: Callable[[], Awaitable[T]]) -> T:
+        return await call_with_retries(
+            call, policy=self.retry, breaker=self.breaker, counters=self.retry_counters
+        )
 
     async def _verify(self, manifest: Manifest, index: int, data: bytes) -> None:
         if len(data) > _INLINE_DIGEST_BYTES:

@@ -22,8 +22,12 @@ class SpokeConfig:
     meta_ttl_s: float = 5.0
     fetch_concurrency: int = 16
     readahead_chunks: int = 4
-    connect_timeout_s: float = 3.0
-    read_timeout_s: float = 30.0
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 5.0
+    fetch_attempts: int = 3
+    fetch_deadline_s: float = 15.0
+    breaker_threshold: int = 5
+    breaker_reset_s: float = 1.0
     verify_on_start: bool = False
     log_level: str = "info"
 
@@ -42,10 +46,20 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="chunk fetches in flight to the hub at once")
     add_flag(p, "--readahead", env=env, default=4, type=int,
              help="chunks fetched ahead of a reader within one range")
-    add_flag(p, "--connect-timeout", env=env, default=3.0, type=float,
+    # At 60 ms RTT a healthy connect takes ~60 ms and a 4 MiB chunk well under a
+    # second; these bounds only trip on a link that is really broken.
+    add_flag(p, "--connect-timeout", env=env, default=2.0, type=float,
              help="seconds to open a connection to the hub")
-    add_flag(p, "--read-timeout", env=env, default=30.0, type=float,
-             help="seconds without data from the hub before a fetch fails")
+    add_flag(p, "--read-timeout", env=env, default=5.0, type=float,
+             help="seconds without any data from the hub before a fetch attempt fails")
+    add_flag(p, "--fetch-attempts", env=env, default=3, type=positive(int),
+             help="attempts per hub request (exponential backoff with jitter between)")
+    add_flag(p, "--fetch-deadline", env=env, default=15.0, type=float,
+             help="seconds after which a hub request is not retried any more")
+    add_flag(p, "--breaker-threshold", env=env, default=5, type=positive(int),
+             help="consecutive hub failures that open the circuit breaker")
+    add_flag(p, "--breaker-reset", env=env, default=1.0, type=float,
+             help="seconds the breaker stays open before one probe may go through")
     add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
              help="check every cached chunk's digest at start-up and drop bad ones")
     add_flag(p, "--log-level", env=env, default="info",
@@ -85,6 +99,10 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         readahead_chunks=max(0, int(args.readahead)),
         connect_timeout_s=float(args.connect_timeout),
         read_timeout_s=float(args.read_timeout),
+        fetch_attempts=int(args.fetch_attempts),
+        fetch_deadline_s=float(args.fetch_deadline),
+        breaker_threshold=int(args.breaker_threshold),
+        breaker_reset_s=float(args.breaker_reset),
         verify_on_start=_flag(args.verify_on_start),
         log_level=args.log_level,
     )

@@ -10,6 +10,8 @@ class HubError(ProtocolError):
 
     status_hint = 502
     title = "Bad Gateway"
+    retryable = True  # worth another attempt (the same request may well succeed)
+    retry_after_s: float | None = None
 
 
 class HubUnavailable(HubError):
@@ -32,6 +34,12 @@ class BadGateway(HubError):
     """The hub answered something a spoke cannot use (wrong status, short body)."""
 
 
+class HubRefused(BadGateway):
+    """The hub refused the request itself (4xx): asking again changes nothing."""
+
+    retryable = False
+
+
 class ChunkCorrupt(HubError):
     """A chunk from the hub did not match its manifest digest; nothing was cached."""
 
@@ -41,11 +49,13 @@ class ChunkCorrupt(HubError):
 class VersionChanged(HubError):
     """The object changed at the hub while we were reading the version we planned on."""
 
+    retryable = False
     status_hint = 503
     title = "Object changed at the hub"
     retry_after_s: float | None = 1.0
 
 
-class ObjectNotFound(ProtocolError):
+class ObjectNotFound(HubError):
+    retryable = False
     status_hint = 404
     title = "Not Found"

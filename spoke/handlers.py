@@ -19,7 +19,7 @@ from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
 from spoke.reader import RangeReader
-from spoke.stats import stats_dict
+from spoke.stats import stats_snapshot
 
 CACHE = web.AppKey("cache", ChunkCache)
 CONFIG = web.AppKey("config", SpokeConfig)
@@ -30,15 +30,17 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     path = validate_path(request.match_info["path"])
     cache = request.app[CACHE]
     try:
-        return await _serve(request, path, await cache.manifest(path))
+        return await _serve(request, path, *await cache.manifest(path))
     except VersionChanged:
         # The object changed between our metadata and the first chunk: answer the
         # new version from the start rather than splicing two.
         cache.invalidate(path)
-        return await _serve(request, path, await cache.manifest(path))
+        return await _serve(request, path, *await cache.manifest(path))
 
 
-async def _serve(request: web.Request, path: str, manifest: Manifest) -> web.StreamResponse:
+async def _serve(
+    request: web.Request, path: str, manifest: Manifest, stale: bool
+) -> web.StreamResponse:
     cache = request.app[CACHE]
     rep = Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
     plan = plan_response(request.method, request.headers, rep, secrets.token_hex(12))
@@ -52,7 +54,14 @@ async def _serve(request: web.Request, path: str, manifest: Manifest) -> web.Str
     async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
         await reader.write(r, response.write)
 
-    return await send_plan(request, plan, write_range, {"X-Cache": x_cache})
+    headers = {"X-Cache": x_cache}
+    if stale:
+        # RFC 9111 §5.5 retired Warning, but caches and people still read it; the
+        # second header is the machine-readable form.
+        headers["Warning"] = '110 hubspoke "Response is Stale"'
+        headers["X-Cache-Stale"] = "hub-unreachable"
+        cache.stats.stale_responses += 1
+    return await send_plan(request, plan, write_range, headers)
 
 
 def _x_cache(cache: ChunkCache, manifest: Manifest, plan: ResponsePlan) -> str:
@@ -75,15 +84,7 @@ async def get_list(request: web.Request) -> web.Response:
 
 
 async def get_stats(request: web.Request) -> web.Response:
-    cache = request.app[CACHE]
-    stats: dict[str, object] = dict(stats_dict(cache.stats))
-    stats.update(
-        used_bytes=cache.used_bytes,
-        capacity_bytes=cache.capacity_bytes,
-        policy=cache.policy.name,
-        cached_chunks=len(cache.policy),
-    )
-    return web.json_response(stats)
+    return web.json_response(stats_snapshot(request.app[CACHE]))
 
 
 async def delete_cache(request: web.Request) -> web.Response:

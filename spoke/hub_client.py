@@ -17,6 +17,7 @@ from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange, range_header
 from spoke.errors import (
     BadGateway,
+    HubRefused,
     HubTimeout,
     HubUnavailable,
     ObjectNotFound,
@@ -120,9 +121,9 @@ async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: s
         raise ObjectNotFound(f"no object {path!r} at the hub")
     if response.status == 412:
         raise VersionChanged(f"{path} changed at the hub")
-    if response.status in (400, 416):
+    if 400 <= response.status < 500:
         detail = (await response.text())[:200]
-        raise BadGateway(f"hub refused the request for {path!r}: {detail}")
+        raise HubRefused(f"hub answered {response.status} for {path!r}: {detail}")
     if response.status in (502, 503, 504):
         raise HubUnavailable(f"hub answered {response.status} for {path!r}")
     raise BadGateway(f"hub answered {response.status} for {path!r}")

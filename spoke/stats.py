@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from service.metrics import Series
+from service.metrics import HistogramSeries, Series
+from spoke.resilience import STATE_CODES
+
+if TYPE_CHECKING:
+    from spoke.cache import ChunkCache
 
 
 @dataclass
@@ -27,6 +32,7 @@ class SpokeStats:
     stale_manifests: int = 0  # manifests served past their TTL because the hub was down
     chunks_dropped: int = 0  # cached chunks found missing or corrupt, then forgotten
     purged_chunks: int = 0
+    stale_responses: int = 0  # responses answered with stale metadata (hub unreachable)
 
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -48,20 +54,44 @@ _METRICS: dict[str, tuple[str, str, str]] = {
     "chunks_dropped": ("spoke_chunks_dropped_total", "counter",
                        "cached chunks found missing or corrupt and forgotten"),
     "purged_chunks": ("spoke_purged_chunks_total", "counter", "chunks removed by purge"),
+    "stale_responses": ("spoke_stale_responses_total", "counter",
+                        "responses served with stale metadata while the hub was unreachable"),
 }
 
 
-def stats_series(
-    stats: SpokeStats, used_bytes: Callable[[], int], capacity_bytes: int
-) -> list[Series]:
-    series = [
+def stats_series(cache: ChunkCache) -> list[Series | HistogramSeries]:
+    """Every /metrics series of a spoke, read live from its cache."""
+    stats = cache.stats
+    series: list[Series | HistogramSeries] = [
         Series(name, kind, help_text, _reader(stats, field))
         for field, (name, kind, help_text) in _METRICS.items()
     ]
-    series.append(Series("spoke_cache_used_bytes", "gauge", "bytes of chunks on disk",
-                         lambda: used_bytes()))
-    series.append(Series("spoke_cache_capacity_bytes", "gauge", "configured capacity",
-                         lambda: capacity_bytes))
+    breaker, retries = cache.breaker, cache.retry_counters
+    series += [
+        Series("spoke_cache_used_bytes", "gauge", "bytes of chunks on disk",
+               lambda: cache.used_bytes),
+        Series("spoke_cache_capacity_bytes", "gauge", "configured capacity",
+               lambda: cache.capacity_bytes),
+        Series("spoke_cached_chunks", "gauge", "chunks on disk", lambda: len(cache.policy)),
+        Series("spoke_hub_fetches_in_flight", "gauge", "chunk fetches waiting on the hub",
+               lambda: cache.fetches_in_flight),
+        Series("spoke_hub_retries_total", "counter", "hub requests retried",
+               lambda: retries.retries),
+        Series("spoke_hub_timeouts_total", "counter", "hub requests that timed out",
+               lambda: retries.timeouts),
+        Series("spoke_hub_connections_opened_total", "counter",
+               "TCP connections opened to the hub (keep-alive keeps this low)",
+               lambda: cache.hub.connections_opened),
+        Series("spoke_breaker_state", "gauge", "hub circuit breaker: 0 closed, 1 open, 2 half-open",
+               lambda: STATE_CODES[breaker.state]),
+        Series("spoke_breaker_opened_total", "counter", "times the hub circuit breaker opened",
+               lambda: breaker.opened_total),
+        Series("spoke_breaker_rejected_total", "counter",
+               "hub requests refused at once because the breaker was open",
+               lambda: breaker.rejected_total),
+        HistogramSeries("spoke_hub_fetch_seconds", "latency of chunk fetches from the hub",
+                        cache.fetch_latency),
+    ]
     return series
 
 
@@ -69,5 +99,22 @@ def _reader(stats: SpokeStats, field: str) -> Callable[[], float]:
     return lambda: getattr(stats, field)
 
 
-def stats_dict(stats: SpokeStats) -> dict[str, int]:
-    return asdict(stats)
+def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
+    """The /stats document: the contract's keys plus the WAN figures."""
+    snapshot: dict[str, object] = dict(asdict(cache.stats))
+    snapshot.update(
+        used_bytes=cache.used_bytes,
+        capacity_bytes=cache.capacity_bytes,
+        policy=cache.policy.name,
+        cached_chunks=len(cache.policy),
+        hub_fetches_in_flight=cache.fetches_in_flight,
+        hub_retries=cache.retry_counters.retries,
+        hub_timeouts=cache.retry_counters.timeouts,
+        hub_connections_opened=cache.hub.connections_opened,
+        breaker_state=cache.breaker.state,
+        breaker_opened=cache.breaker.opened_total,
+        breaker_rejected=cache.breaker.rejected_total,
+        hub_fetch_p50_s=cache.fetch_latency.quantile(0.5),
+        hub_fetch_p99_s=cache.fetch_latency.quantile(0.99),
+    )
+    return snapshot
