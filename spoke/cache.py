@@ -38,6 +38,8 @@ T = TypeVar("T")
 # Hashing a chunk this large on the event loop would stall other requests.
 _INLINE_DIGEST_BYTES = 256 << 10
 _ACCESS_FLUSH_INTERVAL_S = 5.0
+# A stopping spoke gives fills in flight this long to land before it lets them go.
+_CLOSE_GRACE_S = 2.0
 # From a LAN-speed hit of the hub's page cache up to a chunk crawling over a sick WAN.
 FETCH_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -106,8 +108,8 @@ class ChunkCache:
         """Load the persisted index and reconcile it with the files; returns seconds taken."""
         started = time.perf_counter()
         rows, on_disk, temps = await self._in_db(self._scan)
-        stale = [r.name for r in rows if on_disk.get(r.name) != r.size]
-        keep = [r for r in rows if on_disk.get(r.name) == r.size]
+        stale = [r.name for r in rows if r.name not in on_disk]
+        keep = [r for r in rows if r.name in on_disk]
         known = {r.name for r in rows}
         orphans = [name for name in on_disk if name not in known]
         for row in keep:  # least recently used first, so the policy order survives
@@ -126,7 +128,7 @@ class ChunkCache:
         )
         return took
 
-    def _scan(self) -> tuple[list[ChunkRow], dict[str, int], int]:
+    def _scan(self) -> tuple[list[ChunkRow], set[str], int]:
         temps = self.store.remove_temp_files()
         return self.index.rows(), self.store.names(), temps
 
@@ -136,11 +138,14 @@ class ChunkCache:
         self.index.remove(rows)
 
     async def close(self) -> None:
+        """Flush access times, let running fills finish briefly, leave no temp files."""
         if self._flusher is not None:
             self._flusher.cancel()
+        await self._chunk_flights.wait_idle(timeout_s=_CLOSE_GRACE_S)
         await self._flush_accesses()
         await self._in_db(self.index.close)
         self._db.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(None, self.store.remove_temp_files)
 
     # -- metadata -----------------------------------------------------------
 

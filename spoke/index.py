@@ -70,6 +70,12 @@ class ChunkIndex:
              row.stored_at, row.last_access),
         )
 
+    def add_many(self, rows: Iterable[ChunkRow]) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            for row in rows:
+                self.add(row)
+
     def remove(self, names: Iterable[str]) -> None:
         self._db.executemany("DELETE FROM chunks WHERE name = ?", ((n,) for n in names))
 

@@ -69,15 +69,17 @@ class ChunkStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path_of(name))
 
-    def names(self) -> dict[str, int]:
-        """Every stored chunk name and its size in bytes."""
-        found: dict[str, int] = {}
+    def names(self) -> set[str]:
+        """Every stored chunk name.
+
+        Names only, no stat per file: a published chunk is complete by construction
+        (atomic rename), so start-up only needs to know which exist.
+        """
+        found: set[str] = set()
         with os.scandir(self._chunks) as buckets:
             for bucket in buckets:
                 if bucket.is_dir(follow_symlinks=False):
-                    with os.scandir(bucket.path) as entries:
-                        for e in entries:
-                            found[e.name] = e.stat(follow_symlinks=False).st_size
+                    found.update(os.listdir(bucket.path))
         return found
 
     def remove_temp_files(self) -> int:
