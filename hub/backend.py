@@ -106,7 +106,8 @@ class FilesystemBackend:
     def open(self, path: str) -> OpenObject:
         real = self.resolve(path)
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: opening a FIFO would otherwise block until a writer appears.
+            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(f"no object {path!r}") from None
         try:

@@ -75,7 +75,7 @@ async def get_manifest(request: web.Request) -> web.Response:
 
 
 async def get_list(request: web.Request) -> web.Response:
-    prefix = validate_prefix(request.match_info["prefix"])
+    prefix = validate_prefix(request.match_info.get("prefix", ""))
     loop = asyncio.get_running_loop()
     infos = await loop.run_in_executor(None, request.app[BACKEND].list, prefix)
     entries = [{"path": i.path, "size": i.size, "etag": i.etag} for i in infos]

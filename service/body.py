@@ -32,7 +32,7 @@ async def send_plan(
     if extra_headers:
         response.headers.update(extra_headers)
     if plan.status == 304:
-        del response.headers["Content-Length"]
+        response.headers.pop("Content-Length", None)
     elif plan.body or plan.status in (200, 206):
         response.content_length = plan.content_length
     await response.prepare(request)

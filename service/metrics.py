@@ -9,7 +9,7 @@ several servers can live in one process (tests do that).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -79,7 +79,7 @@ class Series:
 
 
 class SeriesCollector(Collector):
-    def __init__(self, series: list[Series | HistogramSeries]) -> None:
+    def __init__(self, series: Sequence[Series | HistogramSeries]) -> None:
         self._series = series
 
     def collect(self) -> Iterator[Metric]:
@@ -97,7 +97,7 @@ class SeriesCollector(Collector):
                 yield GaugeMetricFamily(s.name, s.help, value=s.read())
 
 
-def make_registry(series: list[Series | HistogramSeries]) -> CollectorRegistry:
+def make_registry(series: Sequence[Series | HistogramSeries]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(SeriesCollector(series))
     return registry

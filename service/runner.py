@@ -15,16 +15,25 @@ from typing import Any
 
 from aiohttp import web
 
+from protocol.ranges import MAX_RANGE_HEADER_BYTES
+
 logger = logging.getLogger(__name__)
 
 # Long enough for a 4 MiB chunk to finish on a slow link, short enough that a
 # stop does not hang on a stalled client.
 SHUTDOWN_TIMEOUT_S = 5.0
+# Room for a Range header well past what our parser accepts, so an overlong one
+# reaches protocol.ranges and gets a problem+json 400 rather than aiohttp's
+# plain-text one; still small enough to bound per-request memory.
+MAX_HEADER_FIELD_BYTES = max(32 << 10, 2 * MAX_RANGE_HEADER_BYTES)
 
 
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Start serving ``app``; returns the runner and the bound port."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        max_field_size=MAX_HEADER_FIELD_BYTES,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from protocol.errors import BadPath
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange, range_header
 from spoke.errors import (
@@ -121,6 +122,9 @@ async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: s
         raise ObjectNotFound(f"no object {path!r} at the hub")
     if response.status == 412:
         raise VersionChanged(f"{path} changed at the hub")
+    if response.status == 400:
+        # The hub refused the path (e.g. it escapes the root): the loader's fault.
+        raise BadPath(f"hub refused {path!r}: {(await response.text())[:200]}")
     if 400 <= response.status < 500:
         detail = (await response.text())[:200]
         raise HubRefused(f"hub answered {response.status} for {path!r}: {detail}")

@@ -1,0 +1,80 @@
+"""Shared fixtures: a generated dataset, a real hub and a real spoke on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from hub.config import HubConfig
+from spoke.config import SpokeConfig
+from tests.support.servers import GatedBackend, RunningServer, start_hub, start_spoke, write_dataset
+
+CHUNK = 64 * 1024
+# Sizes chosen to hit the edge cases: empty, tiny, exact multiples, a partial
+# last chunk, and an object of many chunks.
+FILES = {
+    "ds/empty.bin": 0,
+    "ds/one-byte.bin": 1,
+    "ds/small.bin": 1000,
+    "ds/exact.bin": CHUNK * 4,
+    "ds/partial.bin": CHUNK * 5 + 123,
+    "ds/big.bin": CHUNK * 40 + 7,
+    "other/notes.csv": 3000,
+}
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    root = tmp_path / "hub-root"
+    root.mkdir()
+    return root, write_dataset(str(root), FILES)
+
+
+@pytest.fixture
+def gated(dataset: tuple[Path, dict[str, bytes]]) -> GatedBackend:
+    return GatedBackend(str(dataset[0]))
+
+
+@pytest.fixture
+async def hub(
+    dataset: tuple[Path, dict[str, bytes]], gated: GatedBackend
+) -> AsyncIterator[RunningServer]:
+    server = await start_hub(HubConfig(root=str(dataset[0]), chunk_size=CHUNK), gated)
+    yield server
+    await server.stop()
+
+
+SpokeFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@pytest.fixture
+async def make_spoke(hub: RunningServer, tmp_path: Path) -> AsyncIterator[SpokeFactory]:
+    started: list[RunningServer] = []
+
+    async def make(**overrides: object) -> RunningServer:
+        config = SpokeConfig(
+            hub_url=hub.url, cache_dir=str(tmp_path / "cache"), capacity_bytes=64 << 20,
+            meta_ttl_s=5.0,
+        )
+        server = await start_spoke(replace(config, **overrides))  # type: ignore[arg-type]
+        started.append(server)
+        return server
+
+    yield make
+    for server in reversed(started):
+        await server.stop()
+
+
+@pytest.fixture
+async def spoke(make_spoke: SpokeFactory) -> RunningServer:
+    return await make_spoke()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
