@@ -13,6 +13,7 @@ from spoke.config import config_from_args, parse_args
 from spoke.index import ChunkIndex
 from spoke.scrub import scrub
 from spoke.store import ChunkStore
+from spoke.warm_cli import run_warm
 
 logger = logging.getLogger("spoke")
 
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"checked": report.checked, "bad": report.bad,
                           "missing": report.missing}))
         return 1 if report.bad else 0
+    if args.command == "warm":
+        return run_warm(args.spoke, args.paths, args.prefix, args.quiet)
     config = config_from_args(args)
     setup_logging(config.log_level)
     logger.info("caching %s in %s (capacity %d bytes, %s)", config.hub_url, config.cache_dir,

@@ -20,6 +20,7 @@ from spoke.resilience import CircuitBreaker, RetryPolicy
 from spoke.scrub import scrub
 from spoke.stats import SpokeStats, stats_series
 from spoke.store import ChunkStore
+from spoke.warm import WarmJobs
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,10 @@ def make_app(config: SpokeConfig) -> web.Application:
     app.router.add_get("/list", handlers.get_list)
     app.router.add_get("/stats", handlers.get_stats)
     app.router.add_delete("/cache/{path:.+}", handlers.delete_cache)
+    app.router.add_post("/warm", handlers.start_warm)
+    app.router.add_get("/warm", handlers.list_warm)
+    app.router.add_get("/warm/{id}", handlers.get_warm)
+    app.router.add_delete("/warm/{id}", handlers.cancel_warm)
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/metrics", handlers.metrics)
     return app
@@ -42,10 +47,13 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
     cache = await open_cache(config)
     app[handlers.CACHE] = cache
-    app[handlers.REGISTRY] = make_registry(stats_series(cache))
+    warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
+    app[handlers.WARM] = warm
+    app[handlers.REGISTRY] = make_registry(stats_series(cache, warm))
     try:
         yield
     finally:
+        await warm.close()
         await cache.close()
         await cache.hub.close()
 

@@ -29,6 +29,7 @@ from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey
 from spoke.policy import EvictionPolicy
 from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
+from spoke.slots import PrioritySlots
 from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
 
@@ -96,7 +97,11 @@ class ChunkCache:
         self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
         self._chunk_flights: SingleFlight[str, bytes] = SingleFlight()
         self._manifest_flights: SingleFlight[str, tuple[Manifest, bool]] = SingleFlight()
-        self._fetch_slots = asyncio.Semaphore(fetch_concurrency)
+        # Background fetches (pre-warm, read-ahead) get at most half the slots and
+        # never one that a waiting loader could take.
+        self._fetch_slots = PrioritySlots(fetch_concurrency, max(1, fetch_concurrency // 2))
+        # Chunks fetched in the background and not read since: prefetch accuracy.
+        self._prefetched: LRUCache[str, None] = LRUCache(maxsize=1_000_000)
         # SQLite connections belong to one thread; every index call goes through it.
         self._db = ThreadPoolExecutor(1, thread_name_prefix="spoke-index")
         self._accesses: dict[str, float] = {}
@@ -217,12 +222,32 @@ class ChunkCache:
             self.stats.hits += 1
             self.policy.touch(name)
             self._accesses[name] = time.time()
+            if name in self._prefetched:
+                del self._prefetched[name]
+                self.stats.prefetch_used += 1
             return Chunk(key, None, True)
         self.stats.misses += 1
         data, joined = await self._chunk_flights.do(name, lambda: self._fill(key, manifest))
         if joined:
             self.stats.singleflight_joins += 1
         return Chunk(key, data, False)
+
+    async def prefetch(self, manifest: Manifest, index: int) -> bool:
+        """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
+
+        Not a loader lookup: hits and misses are not counted, and the hub fetch
+        yields to demand fetches.
+        """
+        key = ChunkKey.of(manifest, index)
+        if key.name in self._resident:
+            return False
+        _, joined = await self._chunk_flights.do(
+            key.name, lambda: self._fill(key, manifest, background=True)
+        )
+        if not joined:
+            self.stats.prefetched_chunks += 1
+            self._prefetched[key.name] = None
+        return not joined
 
     async def read(self, chunk: Chunk, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of ``chunk``; raises :class:`ChunkGone` if its file vanished."""
@@ -239,7 +264,7 @@ class ChunkCache:
             raise ChunkGone(chunk.key.name)
         return data
 
-    async def _fill(self, key: ChunkKey, manifest: Manifest) -> bytes:
+    async def _fill(self, key: ChunkKey, manifest: Manifest, background: bool = False) -> bytes:
         name = key.name
         if name in self._resident:  # filled by a flight that ended after our lookup
             return await asyncio.get_running_loop().run_in_executor(None, self.store.read, name)
@@ -247,7 +272,7 @@ class ChunkCache:
         victims, reserved = self._reserve(name, bounds.length)
         try:
             await self._in_db(self._drop_files, victims, victims)
-            data = await self._fetch(key, manifest)
+            data = await self._fetch(key, manifest, background)
             if reserved:
                 await self._publish(key, manifest, data)
             else:
@@ -257,12 +282,12 @@ class ChunkCache:
             if reserved:
                 self._reserved_bytes -= bounds.length
 
-    async def _fetch(self, key: ChunkKey, manifest: Manifest) -> bytes:
+    async def _fetch(self, key: ChunkKey, manifest: Manifest, background: bool) -> bytes:
         """Fetch and verify one chunk, with retries; only verified bytes come back."""
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
 
         async def attempt() -> bytes:
-            async with self._fetch_slots:
+            async with self._fetch_slots.slot(background=background):
                 self.stats.hub_fetches += 1
                 started = time.perf_counter()
                 data = await self.hub.fetch_range(key.path, key.etag, bounds)

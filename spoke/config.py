@@ -79,6 +79,15 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         description="Scrub a (stopped) spoke's cache directory.",
     )
     add_flag(verify, "--cache-dir", env=env, required=True, help="directory of the chunk cache")
+    warm = commands.add_parser(
+        "warm", help="pre-warm a spoke with a prefix or paths, showing progress",
+        description="Start a pre-warm job on a running spoke and follow it to the end.",
+    )
+    add_flag(warm, "--spoke", env=env, default="http://127.0.0.1:8701", help="the spoke's URL")
+    group = warm.add_mutually_exclusive_group(required=True)
+    group.add_argument("--prefix", help="warm every object under this prefix ('' for all)")
+    group.add_argument("--path", action="append", dest="paths", help="an object (repeatable)")
+    warm.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from protocol.chunks import chunk_slices
+from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
 from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
@@ -20,8 +22,10 @@ from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
 from spoke.reader import RangeReader
 from spoke.stats import stats_snapshot
+from spoke.warm import WarmJobs
 
 CACHE = web.AppKey("cache", ChunkCache)
+WARM = web.AppKey("warm", WarmJobs)
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
@@ -96,6 +100,51 @@ async def delete_cache(request: web.Request) -> web.Response:
     else:
         removed = await cache.purge(path=validate_path(raw))
     return web.json_response({"purged_chunks": removed})
+
+
+class BadRequestBody(ProtocolError):
+    title = "Bad request body"
+
+
+async def start_warm(request: web.Request) -> web.Response:
+    """``POST /warm`` with ``{"paths": [...]}`` or ``{"prefix": "..."}`` → 202 and the job id."""
+    body = await _json_object(request)
+    paths, prefix = body.get("paths"), body.get("prefix")
+    if (paths is None) == (prefix is None):
+        raise BadRequestBody('give exactly one of "paths" (a list) or "prefix" (a string)')
+    if paths is not None:
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise BadRequestBody('"paths" must be a list of object paths')
+        paths = [validate_path(p) for p in paths]
+        job = request.app[WARM].start(paths=paths)
+    elif isinstance(prefix, str):
+        job = request.app[WARM].start(prefix=validate_prefix(prefix))
+    else:
+        raise BadRequestBody('"prefix" must be a string')
+    return web.json_response(job.snapshot(), status=202,
+                             headers={"Location": f"/warm/{job.id}"})
+
+
+async def get_warm(request: web.Request) -> web.Response:
+    return web.json_response(request.app[WARM].get(request.match_info["id"]).snapshot())
+
+
+async def list_warm(request: web.Request) -> web.Response:
+    return web.json_response({"jobs": [j.snapshot() for j in request.app[WARM].jobs()]})
+
+
+async def cancel_warm(request: web.Request) -> web.Response:
+    return web.json_response(request.app[WARM].cancel(request.match_info["id"]).snapshot())
+
+
+async def _json_object(request: web.Request) -> dict[str, object]:
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestBody(f"request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequestBody("request body must be a JSON object")
+    return body
 
 
 async def healthz(request: web.Request) -> web.Response:

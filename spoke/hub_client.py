@@ -6,6 +6,7 @@ Foreign failures are translated here, once: aiohttp errors and timeouts become
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -107,6 +108,15 @@ class HubClient:
         if len(body) != r.length:
             raise BadGateway(f"hub sent {len(body)} bytes of {path} for a {r.length}-byte range")
         return body
+
+    async def list_objects(self, prefix: str) -> list[tuple[str, int]]:
+        """(path, size) of every object under ``prefix`` at the hub."""
+        body, _ = await self.fetch_list(prefix, "application/json")
+        try:
+            entries = json.loads(body)["objects"]
+            return [(str(e["path"]), int(e["size"])) for e in entries]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadGateway(f"hub sent an unreadable listing: {exc}") from None
 
     async def fetch_list(self, prefix: str, accept: str) -> tuple[bytes, str]:
         url = f"{self.base_url}/list/{quote(prefix, safe='/')}"

@@ -15,6 +15,7 @@ from spoke.resilience import STATE_CODES
 
 if TYPE_CHECKING:
     from spoke.cache import ChunkCache
+    from spoke.warm import WarmJobs
 
 
 @dataclass
@@ -33,6 +34,8 @@ class SpokeStats:
     chunks_dropped: int = 0  # cached chunks found missing or corrupt, then forgotten
     purged_chunks: int = 0
     stale_responses: int = 0  # responses answered with stale metadata (hub unreachable)
+    prefetched_chunks: int = 0  # chunks fetched ahead of readers (pre-warm, read-ahead)
+    prefetch_used: int = 0  # of those, chunks a loader read afterwards
 
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -54,12 +57,16 @@ _METRICS: dict[str, tuple[str, str, str]] = {
     "chunks_dropped": ("spoke_chunks_dropped_total", "counter",
                        "cached chunks found missing or corrupt and forgotten"),
     "purged_chunks": ("spoke_purged_chunks_total", "counter", "chunks removed by purge"),
+    "prefetched_chunks": ("spoke_prefetched_chunks_total", "counter",
+                          "chunks fetched ahead of readers (pre-warm, read-ahead)"),
+    "prefetch_used": ("spoke_prefetch_used_total", "counter",
+                      "prefetched chunks that a loader read afterwards"),
     "stale_responses": ("spoke_stale_responses_total", "counter",
                         "responses served with stale metadata while the hub was unreachable"),
 }
 
 
-def stats_series(cache: ChunkCache) -> list[Series | HistogramSeries]:
+def stats_series(cache: ChunkCache, warm: WarmJobs) -> list[Series | HistogramSeries]:
     """Every /metrics series of a spoke, read live from its cache."""
     stats = cache.stats
     series: list[Series | HistogramSeries] = [
@@ -89,6 +96,12 @@ def stats_series(cache: ChunkCache) -> list[Series | HistogramSeries]:
         Series("spoke_breaker_rejected_total", "counter",
                "hub requests refused at once because the breaker was open",
                lambda: breaker.rejected_total),
+        Series("spoke_warm_jobs_running", "gauge", "pre-warm jobs running",
+               lambda: warm.running),
+        Series("spoke_warm_bytes_done", "gauge", "bytes done by running pre-warm jobs",
+               lambda: sum(j.bytes_done for j in warm.jobs() if j.state == "running")),
+        Series("spoke_warm_bytes_total", "gauge", "bytes to do by running pre-warm jobs",
+               lambda: sum(j.bytes_total for j in warm.jobs() if j.state == "running")),
         HistogramSeries("spoke_hub_fetch_seconds", "latency of chunk fetches from the hub",
                         cache.fetch_latency),
     ]
