@@ -1,0 +1,410 @@
+"""The container deployment: docker-compose.yml, the Dockerfile and deploy/.
+
+No Docker engine is needed: the compose file is checked as data (and with
+``docker-compose config -q`` when that binary is installed), the healthcheck
+commands are run against a local HTTP server, and deploy/toxiproxy_init.py is
+run, twice, against the project's Toxiproxy stand-in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from loadtest.toxiproxy_server import run_in_subprocess
+from protocol.sizes import parse_size
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+INIT_SCRIPT = ROOT / "deploy" / "toxiproxy_init.py"
+INIT_CONFIG = ROOT / "deploy" / "toxiproxy.json"
+IMAGE_DEPLOY_DIR = "/opt/hubspoke/deploy"  # where the Dockerfile puts deploy/ files
+
+HUB_PORT = 8700
+SPOKE_PORT = 8701
+TOXIPROXY_API_PORT = 8474
+PROXY_PORT = 8666
+WAN_LATENCY_MS = 60
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict), "docker-compose.yml is not a mapping"
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = compose.get("services")
+    assert isinstance(found, dict), "docker-compose.yml has no services"
+    return found
+
+
+@pytest.fixture(scope="module")
+def proxies() -> list[dict[str, Any]]:
+    data = json.loads(INIT_CONFIG.read_text())
+    assert isinstance(data, list)
+    return data
+
+
+def env_default(text: str) -> str:
+    """``${VAR:-default}`` → ``default`` (what compose uses with VAR unset)."""
+    return re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::?-([^}]*))?\}", lambda m: m.group(1) or "", text)
+
+
+def command(service: dict[str, Any]) -> list[str]:
+    cmd = service.get("command")
+    assert cmd, "service has no command"
+    return [env_default(str(part)) for part in (shlex.split(cmd) if isinstance(cmd, str) else cmd)]
+
+
+def flag(cmd: list[str], name: str) -> str:
+    """The value of ``--name value`` or ``--name=value`` in ``cmd``."""
+    for i, part in enumerate(cmd):
+        if part == name:
+            assert i + 1 < len(cmd), f"{name} has no value in {cmd}"
+            return cmd[i + 1]
+        if part.startswith(name + "="):
+            return part.split("=", 1)[1]
+    raise AssertionError(f"{name} not in {cmd}")
+
+
+def published(service: dict[str, Any]) -> dict[int, int]:
+    """Published host port → container port, from short or long port syntax."""
+    ports: dict[int, int] = {}
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            if entry.get("published") is not None:
+                ports[int(env_default(str(entry["published"])))] = int(entry["target"])
+            continue
+        parts = env_default(str(entry)).split("/")[0].split(":")
+        if len(parts) >= 2:  # [ip:]host:container; a bare port is not published on a known port
+            ports[int(parts[-2])] = int(parts[-1])
+    return ports
+
+
+def volume_mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Container path → source (volume name or host path)."""
+    mounts: dict[str, str] = {}
+    for entry in service.get("volumes", []):
+        if isinstance(entry, dict):
+            mounts[entry["target"]] = env_default(str(entry.get("source", "")))
+        else:
+            source, target, *_ = env_default(str(entry)).split(":")
+            mounts[target] = source
+    return mounts
+
+
+def condition(service: dict[str, Any], dependency: str) -> str:
+    depends = service.get("depends_on", {})
+    assert dependency in depends, f"no depends_on {dependency}"
+    if isinstance(depends, list):
+        return "service_started"
+    return str((depends[dependency] or {}).get("condition", "service_started"))
+
+
+def uses_our_image(service: dict[str, Any]) -> bool:
+    build = service.get("build")
+    context = build.get("context", ".") if isinstance(build, dict) else build
+    return context in (".", "./")
+
+
+def proxy_named(proxies: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    matches = [p for p in proxies if p.get("name") == name]
+    assert len(matches) == 1, f"expected one proxy {name!r} in {INIT_CONFIG}"
+    return matches[0]
+
+
+# --------------------------------------------------------------------------- compose file
+
+
+def test_services_exist(services: dict[str, dict[str, Any]]) -> None:
+    assert {"hub", "toxiproxy", "toxiproxy-init", "spoke"} <= set(services)
+
+
+def test_ports_published(services: dict[str, dict[str, Any]]) -> None:
+    assert published(services["hub"]).get(HUB_PORT) == HUB_PORT
+    assert published(services["spoke"]).get(SPOKE_PORT) == SPOKE_PORT
+    assert published(services["toxiproxy"]).get(TOXIPROXY_API_PORT) == TOXIPROXY_API_PORT
+    # The WAN end of the proxy is only for the spoke, inside the compose network.
+    assert PROXY_PORT not in published(services["toxiproxy"]).values()
+
+
+def test_toxiproxy_image(services: dict[str, dict[str, Any]]) -> None:
+    image = services["toxiproxy"]["image"]
+    repo, _, tag = image.rpartition(":")
+    assert repo == "ghcr.io/shopify/toxiproxy"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"toxiproxy image should be pinned: {image}"
+
+
+def test_hub_serves_data_on_its_port(services: dict[str, dict[str, Any]]) -> None:
+    hub = services["hub"]
+    assert uses_our_image(hub)
+    cmd = command(hub)
+    assert cmd[:4] == ["python", "-m", "hub", "serve"]
+    assert flag(cmd, "--root") == "/data"
+    assert flag(cmd, "--host") == "0.0.0.0"
+    assert int(flag(cmd, "--port")) == HUB_PORT
+    assert "/data" in volume_mounts(hub)
+
+
+def test_hub_data_comes_from_the_dataset_step(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    dataset, hub = services["dataset"], services["hub"]
+    cmd = command(dataset)
+    assert cmd[:3] == ["python", "-m", "loadtest.dataset"]
+    out = flag(cmd, "--out")
+    assert out == "/data" or out.startswith("/data/")
+    assert int(flag(cmd, "--shards")) > 0
+    assert parse_size(flag(cmd, "--shard-size")) > 0
+    # Same source for both (the named volume by default), hub started after it is written.
+    source = volume_mounts(dataset)["/data"]
+    assert volume_mounts(hub)["/data"] == source
+    assert source in (compose.get("volumes") or {}), f"{source} is not a declared named volume"
+    assert condition(hub, "dataset") == "service_completed_successfully"
+
+
+def test_spoke_reaches_the_hub_through_toxiproxy(
+    services: dict[str, dict[str, Any]], proxies: list[dict[str, Any]]
+) -> None:
+    spoke = services["spoke"]
+    assert uses_our_image(spoke)
+    cmd = command(spoke)
+    assert cmd[:4] == ["python", "-m", "spoke", "serve"]
+    hub_url = urlsplit(flag(cmd, "--hub"))
+    assert hub_url.scheme == "http"
+    assert hub_url.hostname == "toxiproxy"
+    assert hub_url.port == PROXY_PORT
+    # ...which is where the init step makes proxy `hub` listen.
+    listen = proxy_named(proxies, "hub")["listen"]
+    assert int(listen.rsplit(":", 1)[1]) == hub_url.port
+    assert flag(cmd, "--cache-dir") == "/cache"
+    assert parse_size(flag(cmd, "--capacity")) >= 1 << 30
+    assert flag(cmd, "--host") == "0.0.0.0"
+    assert int(flag(cmd, "--port")) == SPOKE_PORT
+
+
+def test_spoke_cache_on_a_named_volume(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    source = volume_mounts(services["spoke"])["/cache"]
+    assert not source.startswith((".", "/", "~")), f"/cache is a bind mount: {source}"
+    assert source in (compose.get("volumes") or {}), f"{source} is not a declared named volume"
+
+
+def test_startup_order(services: dict[str, dict[str, Any]]) -> None:
+    spoke, init = services["spoke"], services["toxiproxy-init"]
+    assert condition(spoke, "hub") == "service_healthy"
+    assert condition(spoke, "toxiproxy-init") == "service_completed_successfully"
+    assert condition(init, "toxiproxy") in ("service_started", "service_healthy")
+    assert init.get("restart", "no") == "no"
+
+
+def test_init_step_runs_the_deploy_script(services: dict[str, dict[str, Any]]) -> None:
+    init = services["toxiproxy-init"]
+    assert uses_our_image(init)
+    cmd = command(init)
+    assert cmd[:2] == ["python", f"{IMAGE_DEPLOY_DIR}/{INIT_SCRIPT.name}"]
+    assert flag(cmd, "--config") == f"{IMAGE_DEPLOY_DIR}/{INIT_CONFIG.name}"
+    api = urlsplit(flag(cmd, "--api"))
+    assert (api.hostname, api.port) == ("toxiproxy", TOXIPROXY_API_PORT)
+    dockerfile = DOCKERFILE.read_text()
+    copy = re.search(r"^COPY\s+(?!--from)(.*deploy/.*)$", dockerfile, re.MULTILINE)
+    assert copy is not None, "the Dockerfile does not copy deploy/ into the image"
+    sources, dest = copy.group(1).split()[:-1], copy.group(1).split()[-1]
+    assert dest.rstrip("/") == IMAGE_DEPLOY_DIR
+    assert {f"deploy/{INIT_SCRIPT.name}", f"deploy/{INIT_CONFIG.name}"} <= set(sources)
+
+
+def test_init_config_is_a_60ms_wan_in_front_of_the_hub(
+    services: dict[str, dict[str, Any]], proxies: list[dict[str, Any]]
+) -> None:
+    proxy = proxy_named(proxies, "hub")
+    assert proxy["upstream"] == f"hub:{HUB_PORT}"
+    upstream_host, upstream_port = proxy["upstream"].rsplit(":", 1)
+    assert upstream_host in services
+    assert int(flag(command(services[upstream_host]), "--port")) == int(upstream_port)
+    listen_host, listen_port = proxy["listen"].rsplit(":", 1)
+    assert listen_host in ("0.0.0.0", "", "[::]"), "other containers must reach the proxy"
+    assert int(listen_port) == PROXY_PORT
+    assert proxy.get("enabled", True) is True
+    latency = [t for t in proxy["toxics"] if t["type"] == "latency"]
+    assert len(latency) == 1
+    toxic = latency[0]
+    assert toxic["name"] == "wan_latency"
+    assert toxic["stream"] == "downstream"
+    assert toxic.get("toxicity", 1.0) == 1.0
+    assert toxic["attributes"] == {"latency": WAN_LATENCY_MS, "jitter": 0}
+
+
+HEALTHCHECKED = [("hub", HUB_PORT), ("spoke", SPOKE_PORT)]
+
+
+@pytest.mark.parametrize(("name", "port"), HEALTHCHECKED)
+def test_healthcheck_hits_healthz(
+    services: dict[str, dict[str, Any]], name: str, port: int
+) -> None:
+    check = services[name].get("healthcheck")
+    assert check, f"{name} has no healthcheck"
+    assert not check.get("disable", False)
+    test = check["test"]
+    assert test[:3] == ["CMD", "python", "-c"], "python -c, since the slim image has no curl"
+    assert f"http://127.0.0.1:{port}/healthz" in test[3]
+    assert int(check.get("retries", 3)) >= 1
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        status = self.server.status if self.path == "/healthz" else 404  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def health_server(status: int) -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    server.status = status  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize(("name", "port"), HEALTHCHECKED)
+def test_healthcheck_command_passes_and_fails(
+    services: dict[str, dict[str, Any]], name: str, port: int
+) -> None:
+    code = services[name]["healthcheck"]["test"][3]
+    for status, healthy in ((200, True), (503, False)):
+        with health_server(status) as local_port:
+            local = code.replace(f"127.0.0.1:{port}", f"127.0.0.1:{local_port}")
+            run = subprocess.run([sys.executable, "-c", local], capture_output=True, timeout=30,
+                                 check=False)
+        assert (run.returncode == 0) is healthy, (status, run.stderr)
+
+
+def test_docker_compose_config_is_valid() -> None:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed")
+    run = subprocess.run([binary, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+
+
+# --------------------------------------------------------------------------- image
+
+
+def test_dockerfile_builds_a_small_non_root_image() -> None:
+    text = DOCKERFILE.read_text()
+    stages = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+    assert stages, "no FROM"
+    assert stages[-1] == "python:3.11-slim"
+    install = re.search(r"pip install\s+(.*)$", text, re.MULTILINE)
+    assert install is not None, "the project is not pip-installed"
+    assert "[test]" not in install.group(1) and "-e" not in install.group(1).split()
+    users = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
+    assert users, "the image runs as root"
+    assert users[-1].split(":")[0] not in ("root", "0")
+    ignored = {line.strip().rstrip("/") for line in DOCKERIGNORE.read_text().splitlines()}
+    assert {".venv", ".git", "tests", "demo-data", "data"} <= ignored
+
+
+# --------------------------------------------------------------------------- the init script
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _api(url: str, method: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method=method)
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.loads(reply.read())
+
+
+def _run_init(api_url: str, config: Path, timeout: str = "15") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(INIT_SCRIPT), "--api", api_url, "--config", str(config),
+         "--timeout", timeout],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_init_script_sets_up_the_wan_and_is_idempotent(
+    tmp_path: Path, proxies: list[dict[str, Any]]
+) -> None:
+    # The real file, with addresses that work on this machine.
+    local = json.loads(json.dumps(proxies))
+    proxy = proxy_named(local, "hub")
+    proxy["listen"] = f"127.0.0.1:{_free_port()}"
+    proxy["upstream"] = "127.0.0.1:9"
+    config = tmp_path / "toxiproxy.json"
+    config.write_text(json.dumps(local))
+
+    with run_in_subprocess("127.0.0.1", 0) as api_url:
+        first = _run_init(api_url, config)
+        assert first.returncode == 0, first.stderr
+        state = _api(api_url, "GET", "/proxies/hub")
+        assert state["upstream"] == "127.0.0.1:9"
+        assert state["listen"] == proxy["listen"]
+        assert state["enabled"] is True
+        assert [(t["name"], t["type"], t["stream"], t["attributes"]) for t in state["toxics"]] == [
+            ("wan_latency", "latency", "downstream", {"latency": WAN_LATENCY_MS, "jitter": 0})
+        ]
+
+        # Re-run: nothing is duplicated or recreated.
+        second = _run_init(api_url, config)
+        assert second.returncode == 0, second.stderr
+        # ...and nothing is touched: a needless update restarts a real Toxiproxy's listener.
+        outcomes = [line.rsplit(": ", 1)[1] for line in second.stdout.splitlines()[1:]]
+        assert outcomes == ["unchanged", "unchanged"], second.stdout
+        assert _api(api_url, "GET", "/proxies/hub") == state
+
+        # Drift is put back.
+        _api(api_url, "POST", "/proxies/hub/toxics/wan_latency", {"attributes": {"latency": 5}})
+        _api(api_url, "POST", "/proxies/hub", {"enabled": False})
+        third = _run_init(api_url, config)
+        assert third.returncode == 0, third.stderr
+        assert _api(api_url, "GET", "/proxies/hub") == state
+
+
+def test_init_script_fails_when_toxiproxy_never_answers(tmp_path: Path) -> None:
+    run = _run_init(f"http://127.0.0.1:{_free_port()}", INIT_CONFIG, timeout="1")
+    assert run.returncode != 0
+    assert "not ready" in run.stderr
