@@ -63,9 +63,13 @@ def _bound_text(bound: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HistogramSeries:
+    """A histogram, or one per value of ``label`` (low cardinality only)."""
+
     name: str
     help: str
-    histogram: Histogram
+    histogram: Histogram | None = None
+    label: str = ""
+    by_label: dict[str, Histogram] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +89,23 @@ class SeriesCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         for s in self._series:
             if isinstance(s, HistogramSeries):
-                h = s.histogram
-                yield HistogramMetricFamily(
-                    s.name, s.help, buckets=h.cumulative(), sum_value=h.sum
-                )
+                yield _histogram_family(s)
                 continue
             if s.kind == "counter":
                 # prometheus_client appends _total itself; keep the contract's names.
                 yield CounterMetricFamily(s.name.removesuffix("_total"), s.help, value=s.read())
             else:
                 yield GaugeMetricFamily(s.name, s.help, value=s.read())
+
+
+def _histogram_family(s: HistogramSeries) -> HistogramMetricFamily:
+    if s.histogram is not None:
+        h = s.histogram
+        return HistogramMetricFamily(s.name, s.help, buckets=h.cumulative(), sum_value=h.sum)
+    family = HistogramMetricFamily(s.name, s.help, labels=[s.label])
+    for value, h in (s.by_label or {}).items():
+        family.add_metric([value], buckets=h.cumulative(), sum_value=h.sum)
+    return family
 
 
 def make_registry(series: Sequence[Series | HistogramSeries]) -> CollectorRegistry:

@@ -18,7 +18,7 @@ from spoke.index import ChunkIndex
 from spoke.policy import make_policy
 from spoke.resilience import CircuitBreaker, RetryPolicy
 from spoke.scrub import scrub
-from spoke.stats import SpokeStats, stats_series
+from spoke.stats import SpokeStats, read_latency_histograms, stats_series
 from spoke.store import ChunkStore
 from spoke.warm import WarmJobs
 
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 def make_app(config: SpokeConfig) -> web.Application:
     app = web.Application(middlewares=[problem_middleware])
     app[handlers.CONFIG] = config
+    app[handlers.READ_LATENCY] = read_latency_histograms()
     app.cleanup_ctx.append(_cache_context)
     app.router.add_get("/objects/{path:.+}", handlers.get_object)
     app.router.add_get("/list/{prefix:.*}", handlers.get_list)
@@ -49,7 +50,9 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     app[handlers.CACHE] = cache
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
-    app[handlers.REGISTRY] = make_registry(stats_series(cache, warm))
+    app[handlers.REGISTRY] = make_registry(
+        stats_series(cache, warm, app[handlers.READ_LATENCY])
+    )
     try:
         yield
     finally:

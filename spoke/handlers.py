@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -16,7 +17,7 @@ from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.body import send_plan
-from service.metrics import metrics_response
+from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
@@ -26,6 +27,7 @@ from spoke.warm import WarmJobs
 
 CACHE = web.AppKey("cache", ChunkCache)
 WARM = web.AppKey("warm", WarmJobs)
+READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
@@ -65,7 +67,10 @@ async def _serve(
         headers["Warning"] = '110 hubspoke "Response is Stale"'
         headers["X-Cache-Stale"] = "hub-unreachable"
         cache.stats.stale_responses += 1
-    return await send_plan(request, plan, write_range, headers)
+    started = time.perf_counter()
+    response = await send_plan(request, plan, write_range, headers)
+    request.app[READ_LATENCY][x_cache.lower()].observe(time.perf_counter() - started)
+    return response
 
 
 def _x_cache(cache: ChunkCache, manifest: Manifest, plan: ResponsePlan) -> str:

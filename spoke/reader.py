@@ -71,6 +71,10 @@ class RangeReader:
                 chunk = await self.cache.get(self.manifest, s.index)
                 continue
             await write(data)
+            if chunk.hit:
+                self.cache.stats.bytes_served_hit += len(data)
+            else:
+                self.cache.stats.bytes_served_miss += len(data)
             offset = stop
 
 

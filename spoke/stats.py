@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from service.metrics import HistogramSeries, Series
+from service.metrics import Histogram, HistogramSeries, Series
 from spoke.resilience import STATE_CODES
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ class SpokeStats:
     stale_responses: int = 0  # responses answered with stale metadata (hub unreachable)
     prefetched_chunks: int = 0  # chunks fetched ahead of readers (pre-warm, read-ahead)
     prefetch_used: int = 0  # of those, chunks a loader read afterwards
+    bytes_served_hit: int = 0  # object bytes sent to loaders from cached chunks
+    bytes_served_miss: int = 0  # object bytes sent to loaders that had to cross the WAN
 
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -61,12 +63,18 @@ _METRICS: dict[str, tuple[str, str, str]] = {
                           "chunks fetched ahead of readers (pre-warm, read-ahead)"),
     "prefetch_used": ("spoke_prefetch_used_total", "counter",
                       "prefetched chunks that a loader read afterwards"),
+    "bytes_served_hit": ("spoke_served_hit_bytes_total", "counter",
+                         "bytes sent to loaders from cached chunks"),
+    "bytes_served_miss": ("spoke_served_miss_bytes_total", "counter",
+                          "bytes sent to loaders that were fetched from the hub"),
     "stale_responses": ("spoke_stale_responses_total", "counter",
                         "responses served with stale metadata while the hub was unreachable"),
 }
 
 
-def stats_series(cache: ChunkCache, warm: WarmJobs) -> list[Series | HistogramSeries]:
+def stats_series(
+    cache: ChunkCache, warm: WarmJobs, read_latency: dict[str, Histogram]
+) -> list[Series | HistogramSeries]:
     """Every /metrics series of a spoke, read live from its cache."""
     stats = cache.stats
     series: list[Series | HistogramSeries] = [
@@ -102,10 +110,32 @@ def stats_series(cache: ChunkCache, warm: WarmJobs) -> list[Series | HistogramSe
                lambda: sum(j.bytes_done for j in warm.jobs() if j.state == "running")),
         Series("spoke_warm_bytes_total", "gauge", "bytes to do by running pre-warm jobs",
                lambda: sum(j.bytes_total for j in warm.jobs() if j.state == "running")),
+        Series("spoke_hit_ratio", "gauge", "chunk lookups served from disk / all lookups",
+               lambda: _ratio(stats.hits, stats.hits + stats.misses)),
+        Series("spoke_byte_hit_ratio", "gauge", "bytes served from disk / all bytes served",
+               lambda: _ratio(stats.bytes_served_hit,
+                              stats.bytes_served_hit + stats.bytes_served_miss)),
+        Series("spoke_prefetch_accuracy", "gauge", "prefetched chunks later read / prefetched",
+               lambda: _ratio(stats.prefetch_used, stats.prefetched_chunks)),
         HistogramSeries("spoke_hub_fetch_seconds", "latency of chunk fetches from the hub",
                         cache.fetch_latency),
+        HistogramSeries("spoke_read_seconds", "loader read latency, by X-Cache outcome",
+                        label="cache", by_label=read_latency),
     ]
     return series
+
+
+def _ratio(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+# Local-disk hits land in the first buckets; misses at 60 ms RTT from 0.06 s up.
+READ_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
+                          0.5, 1, 2.5, 5)
+
+
+def read_latency_histograms() -> dict[str, Histogram]:
+    return {outcome: Histogram(READ_LATENCY_BUCKETS_S) for outcome in ("hit", "miss", "partial")}
 
 
 def _reader(stats: SpokeStats, field: str) -> Callable[[], float]:
@@ -129,5 +159,9 @@ def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
         breaker_rejected=cache.breaker.rejected_total,
         hub_fetch_p50_s=cache.fetch_latency.quantile(0.5),
         hub_fetch_p99_s=cache.fetch_latency.quantile(0.99),
+        hit_ratio=_ratio(cache.stats.hits, cache.stats.hits + cache.stats.misses),
+        byte_hit_ratio=_ratio(cache.stats.bytes_served_hit,
+                              cache.stats.bytes_served_hit + cache.stats.bytes_served_miss),
+        prefetch_accuracy=_ratio(cache.stats.prefetch_used, cache.stats.prefetched_chunks),
     )
     return snapshot
