@@ -9,6 +9,7 @@ from hub.backend import Backend, FilesystemBackend
 from hub.config import HubConfig
 from hub.manifests import ManifestCache
 from hub.stats import HubStats
+from service import logs
 from service.metrics import make_registry
 from service.problem import Handler, problem_middleware
 
@@ -23,6 +24,7 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
         return await handler(request)
 
     app = web.Application(middlewares=[count_requests, problem_middleware])
+    logs.install(app)
     backend = backend or FilesystemBackend(config.root)
     app[handlers.BACKEND] = backend
     app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.digests import DEFAULT_DIGEST_ALG, digest_algorithms
-from service.cli import add_flag, positive, size_arg
+from service.cli import add_flag, add_logging_flags, positive, size_arg
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 
@@ -20,6 +20,8 @@ class HubConfig:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     digest_alg: str = DEFAULT_DIGEST_ALG
     log_level: str = "info"
+    log_format: str = "text"
+    access_log: str = "on"
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -36,8 +38,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
              help="chunk size of manifests (bytes or 4MiB-style)")
     add_flag(serve, "--digest-alg", env=env, default=DEFAULT_DIGEST_ALG,
              choices=digest_algorithms(), help="per-chunk digest algorithm")
-    add_flag(serve, "--log-level", env=env, default="info",
-             choices=["debug", "info", "warning", "error"], help="log verbosity")
+    add_logging_flags(serve, env)
     return parser
 
 
@@ -50,4 +51,6 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, HubC
         chunk_size=int(args.chunk_size),
         digest_alg=args.digest_alg,
         log_level=args.log_level,
+        log_format=args.log_format,
+        access_log=args.access_log,
     )

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from protocol.errors import BadSize
 from protocol.sizes import parse_size
+from service.logs import access_logger, setup_logging
 
 
 def env_name(flag: str) -> str:
@@ -61,12 +61,19 @@ def positive(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return checked
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def add_logging_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    add_flag(parser, "--log-level", env=env, default="info",
+             choices=["debug", "info", "warning", "error"], help="log verbosity")
+    add_flag(parser, "--log-format", env=env, default="text", choices=["text", "json"],
+             help="log lines as text or as JSON objects")
+    add_flag(parser, "--access-log", env=env, default="on", choices=["on", "off"],
+             help="one log line per request (with its X-Request-Id)")
+
+
+def apply_logging_flags(level: str, fmt: str, access_log: str) -> None:
+    setup_logging(level, fmt)
+    if access_log == "off":
+        access_logger.setLevel(logging.WARNING)
 
 
 def environ() -> Mapping[str, str]:

@@ -6,7 +6,8 @@ import json
 import logging
 import sys
 
-from service.cli import environ, setup_logging
+from service.cli import apply_logging_flags, environ
+from service.logs import setup_logging
 from service.runner import run, serve_forever
 from spoke.app import make_app
 from spoke.config import config_from_args, parse_args
@@ -21,7 +22,7 @@ logger = logging.getLogger("spoke")
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, environ())
     if args.command == "verify":
-        setup_logging("info")
+        setup_logging("info", "text")
         index = ChunkIndex(args.cache_dir)
         try:
             report = scrub(ChunkStore(args.cache_dir), index)
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "warm":
         return run_warm(args.spoke, args.paths, args.prefix, args.quiet)
     config = config_from_args(args)
-    setup_logging(config.log_level)
+    apply_logging_flags(config.log_level, config.log_format, config.access_log)
     logger.info("caching %s in %s (capacity %d bytes, %s)", config.hub_url, config.cache_dir,
                 config.capacity_bytes, config.policy)
     run(lambda: serve_forever(make_app(config), config.host, config.port))

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from service import logs
 from service.metrics import make_registry
 from service.problem import problem_middleware
 from spoke import handlers
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 def make_app(config: SpokeConfig) -> web.Application:
     app = web.Application(middlewares=[problem_middleware])
+    logs.install(app)
     app[handlers.CONFIG] = config
     app[handlers.READ_LATENCY] = read_latency_histograms()
     app.cleanup_ctx.append(_cache_context)

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from service.cli import add_flag, positive, size_arg
+from service.cli import add_flag, add_logging_flags, positive, size_arg
 
 POLICIES = ("arc", "lru", "s3fifo")
 
@@ -30,6 +30,8 @@ class SpokeConfig:
     breaker_reset_s: float = 1.0
     verify_on_start: bool = False
     log_level: str = "info"
+    log_format: str = "text"
+    access_log: str = "on"
 
 
 def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -62,8 +64,7 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="seconds the breaker stays open before one probe may go through")
     add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
              help="check every cached chunk's digest at start-up and drop bad ones")
-    add_flag(p, "--log-level", env=env, default="info",
-             choices=["debug", "info", "warning", "error"], help="log verbosity")
+    add_logging_flags(p, env)
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -114,6 +115,8 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         breaker_reset_s=float(args.breaker_reset),
         verify_on_start=_flag(args.verify_on_start),
         log_level=args.log_level,
+        log_format=args.log_format,
+        access_log=args.access_log,
     )
 
 

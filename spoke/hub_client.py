@@ -17,6 +17,7 @@ import aiohttp
 from protocol.errors import BadPath
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange, range_header
+from service.logs import REQUEST_ID_HEADER, request_id
 from spoke.errors import (
     BadGateway,
     HubRefused,
@@ -73,6 +74,9 @@ class HubClient:
         self, url: str, headers: dict[str, str]
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         assert self._session is not None, "HubClient.start() was not awaited"
+        rid = request_id.get()
+        if rid != "-":  # forward the loader's request id so both logs tie up
+            headers = {**headers, REQUEST_ID_HEADER: rid}
         try:
             async with self._session.get(url, headers=headers) as response:
                 yield response

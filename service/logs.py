@@ -1,0 +1,99 @@
+"""Logging: plain or JSON lines, and one access-log line per request.
+
+Every request gets an id (the client's ``X-Request-Id`` if it sent a sane one,
+else a fresh one), echoed in the response and kept in a context variable so the
+spoke forwards it on the hub fetches that request causes: one id ties a loader's
+read to the hub's log lines.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import secrets
+import sys
+import time
+
+from aiohttp import web
+
+from service.problem import Handler
+
+REQUEST_ID_HEADER = "X-Request-Id"
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+access_logger = logging.getLogger("hubspoke.access")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and any ``extra`` fields."""
+
+    _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "ts": round(record.created, 6),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        line.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+REQUEST_ID_KEY = "hubspoke.request_id"
+
+
+async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: every answer carries the request's id."""
+    rid = request.get(REQUEST_ID_KEY)
+    if rid is not None:
+        response.headers[REQUEST_ID_HEADER] = rid
+
+
+def install(app: web.Application) -> None:
+    """Give ``app`` request ids and the access log (call before other middlewares)."""
+    app.middlewares.insert(0, access_log_middleware)
+    app.on_response_prepare.append(add_request_id_header)
+
+
+@web.middleware
+async def access_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    incoming = request.headers.get(REQUEST_ID_HEADER, "")
+    rid = incoming if _SANE_ID.fullmatch(incoming) else secrets.token_hex(8)
+    token = request_id.set(rid)
+    request[REQUEST_ID_KEY] = rid
+    started = time.perf_counter()
+    status = 500
+    response: web.StreamResponse | None = None
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        request_id.reset(token)
+        if access_logger.isEnabledFor(logging.INFO):
+            access_logger.info(
+                "%s %s %d", request.method, request.path, status,
+                extra={
+                    "request_id": rid, "method": request.method, "path": request.path,
+                    "status": status, "remote": request.remote,
+                    "duration_ms": round(1000 * (time.perf_counter() - started), 3),
+                    "bytes": response.body_length if response is not None else 0,
+                    "x_cache": response.headers.get("X-Cache") if response is not None else None,
+                },
+            )
