@@ -9,6 +9,7 @@ import sys
 from service.cli import apply_logging_flags, environ
 from service.logs import setup_logging
 from service.runner import run, serve_forever
+from service.tls import server_context_for
 from spoke.app import make_app
 from spoke.config import config_from_args, parse_args
 from spoke.index import ChunkIndex
@@ -37,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
     logger.info("caching %s in %s (capacity %d bytes, %s)", config.hub_url, config.cache_dir,
                 config.capacity_bytes, config.policy)
-    run(lambda: serve_forever(make_app(config), config.host, config.port))
+    tls = server_context_for(config.tls_cert, config.tls_key)
+    run(lambda: serve_forever(make_app(config), config.host, config.port, tls))
     return 0
 
 

@@ -16,6 +16,8 @@ from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex
+from spoke.plan_policy import PlanAwarePolicy
+from spoke.plans import PlanRegistry
 from spoke.policy import make_policy
 from spoke.resilience import CircuitBreaker, RetryPolicy
 from spoke.scrub import scrub
@@ -25,9 +27,12 @@ from spoke.warm import WarmJobs
 
 logger = logging.getLogger(__name__)
 
+MAX_BODY_BYTES = 192 << 20
+
 
 def make_app(config: SpokeConfig) -> web.Application:
-    app = web.Application(middlewares=[problem_middleware])
+    # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
+    app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
     app[handlers.CONFIG] = config
     app[handlers.READ_LATENCY] = read_latency_histograms()
@@ -37,6 +42,10 @@ def make_app(config: SpokeConfig) -> web.Application:
     app.router.add_get("/list", handlers.get_list)
     app.router.add_get("/stats", handlers.get_stats)
     app.router.add_delete("/cache/{path:.+}", handlers.delete_cache)
+    app.router.add_post("/plans", handlers.create_plan)
+    app.router.add_get("/plans", handlers.list_plans)
+    app.router.add_get("/plans/{id}", handlers.get_plan)
+    app.router.add_delete("/plans/{id}", handlers.delete_plan)
     app.router.add_post("/warm", handlers.start_warm)
     app.router.add_get("/warm", handlers.list_warm)
     app.router.add_get("/warm/{id}", handlers.get_warm)
@@ -48,8 +57,9 @@ def make_app(config: SpokeConfig) -> web.Application:
 
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
-    cache = await open_cache(config)
+    cache, plans = await open_cache(config)
     app[handlers.CACHE] = cache
+    app[handlers.PLANS] = plans
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(
@@ -58,12 +68,13 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await plans.close()
         await warm.close()
         await cache.close()
         await cache.hub.close()
 
 
-async def open_cache(config: SpokeConfig) -> ChunkCache:
+async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
     store = ChunkStore(config.cache_dir)
     index = ChunkIndex(config.cache_dir)
     if config.verify_on_start:
@@ -76,10 +87,13 @@ async def open_cache(config: SpokeConfig) -> ChunkCache:
         max_connections=config.fetch_concurrency * 2,
     )
     await hub.start()
+    plans = PlanRegistry(
+        config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
+    )
     cache = ChunkCache(
         store=store,
         index=index,
-        policy=make_policy(config.policy, config.capacity_bytes),
+        policy=PlanAwarePolicy(make_policy(config.policy, config.capacity_bytes), plans.next_use),
         hub=hub,
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,
@@ -90,5 +104,6 @@ async def open_cache(config: SpokeConfig) -> ChunkCache:
             failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s
         ),
     )
+    plans.bind(cache)
     await cache.open()
-    return cache
+    return cache, plans

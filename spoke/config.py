@@ -6,7 +6,9 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
+from service.tls import add_tls_flags, check_pair
 
 POLICIES = ("arc", "lru", "s3fifo")
 
@@ -29,9 +31,17 @@ class SpokeConfig:
     breaker_threshold: int = 5
     breaker_reset_s: float = 1.0
     verify_on_start: bool = False
+    plan_window_bytes: int = 256 << 20
     log_level: str = "info"
     log_format: str = "text"
     access_log: str = "on"
+    auth_secret_file: str | None = None
+    auth_previous_secret_file: str | None = None
+    metrics_auth: str = "off"
+    hub_token_file: str | None = None
+    hub_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
 
 def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -62,9 +72,17 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="consecutive hub failures that open the circuit breaker")
     add_flag(p, "--breaker-reset", env=env, default=1.0, type=float,
              help="seconds the breaker stays open before one probe may go through")
+    add_flag(p, "--plan-window", env=env, default="256MiB", type=positive(size_arg),
+             help="bytes fetched ahead of a loader that registered its read plan")
     add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
              help="check every cached chunk's digest at start-up and drop bad ones")
     add_logging_flags(p, env)
+    add_auth_flags(p, env)
+    add_flag(p, "--hub-token-file", env=env,
+             help="file holding the spoke's own bearer token, sent on every hub request")
+    add_flag(p, "--hub-ca", env=env,
+             help="PEM CA bundle to verify an https:// hub with (default: the system CAs)")
+    add_tls_flags(p, env)
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -93,7 +111,11 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
-    return build_parser(env).parse_args(argv)
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        check_pair(parser, args)
+    return args
 
 
 def config_from_args(args: argparse.Namespace) -> SpokeConfig:
@@ -114,9 +136,17 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         breaker_threshold=int(args.breaker_threshold),
         breaker_reset_s=float(args.breaker_reset),
         verify_on_start=_flag(args.verify_on_start),
+        plan_window_bytes=int(args.plan_window),
         log_level=args.log_level,
         log_format=args.log_format,
         access_log=args.access_log,
+        auth_secret_file=args.auth_secret_file or None,
+        auth_previous_secret_file=args.auth_previous_secret_file or None,
+        metrics_auth=args.metrics_auth,
+        hub_token_file=args.hub_token_file or None,
+        hub_ca=args.hub_ca or None,
+        tls_cert=args.tls_cert or None,
+        tls_key=args.tls_key or None,
     )
 
 

@@ -6,6 +6,7 @@ import json
 import secrets
 import time
 
+import msgpack
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -21,12 +22,15 @@ from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
+from spoke.keys import ChunkKey
+from spoke.plans import MAX_PLAN_READS, PLAN_HEADER, PlannedRead, PlanRegistry, ReadPlan
 from spoke.reader import RangeReader
 from spoke.stats import stats_snapshot
 from spoke.warm import WarmJobs
 
 CACHE = web.AppKey("cache", ChunkCache)
 WARM = web.AppKey("warm", WarmJobs)
+PLANS = web.AppKey("plans", PlanRegistry)
 READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -51,6 +55,9 @@ async def _serve(
     rep = Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
     plan = plan_response(request.method, request.headers, rep, secrets.token_hex(12))
     x_cache = _x_cache(cache, manifest, plan)
+    plan_id = request.headers.get(PLAN_HEADER)
+    if plan_id is not None:
+        request.app[PLANS].observe(plan_id, _chunk_names(manifest, plan))
     reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks)
     ranges = plan.ranges
     if request.method == "GET" and ranges and plan.status in (200, 206):
@@ -71,6 +78,14 @@ async def _serve(
     response = await send_plan(request, plan, write_range, headers)
     request.app[READ_LATENCY][x_cache.lower()].observe(time.perf_counter() - started)
     return response
+
+
+def _chunk_names(manifest: Manifest, plan: ResponsePlan) -> list[str]:
+    return [
+        ChunkKey.of(manifest, s.index).name
+        for r in plan.ranges
+        for s in chunk_slices(r, manifest.size, manifest.chunk_size)
+    ]
 
 
 def _x_cache(cache: ChunkCache, manifest: Manifest, plan: ResponsePlan) -> str:
@@ -142,9 +157,58 @@ async def cancel_warm(request: web.Request) -> web.Response:
     return web.json_response(request.app[WARM].cancel(request.match_info["id"]).snapshot())
 
 
+async def create_plan(request: web.Request) -> web.Response:
+    """``POST /plans``: ``{"reads": [[path, offset, length], ...]}`` in JSON or msgpack."""
+    body = await _json_object(request)
+    reads = body.get("reads")
+    if not isinstance(reads, list) or not reads:
+        raise BadRequestBody('"reads" must be a non-empty list of [path, offset, length]')
+    if len(reads) > MAX_PLAN_READS:
+        raise BadRequestBody(f"a plan holds at most {MAX_PLAN_READS} reads")
+    plan = await request.app[PLANS].create(_planned_read(r) for r in reads)
+    return web.json_response(_plan_view(plan), status=201,
+                             headers={"Location": f"/plans/{plan.id}"})
+
+
+def _planned_read(item: object) -> PlannedRead:
+    if (
+        isinstance(item, list | tuple) and len(item) == 3 and isinstance(item[0], str)
+        and all(type(v) is int and v >= 0 for v in item[1:])
+    ):
+        return PlannedRead(validate_path(item[0]), item[1], item[2])
+    raise BadRequestBody(f"a planned read is [path, offset, length], not {str(item)[:80]}")
+
+
+def _plan_view(plan: ReadPlan) -> dict[str, object]:
+    return {"id": plan.id, "chunk_reads": len(plan), "distinct_chunks": plan.distinct_chunks,
+            "cursor": plan.cursor, "finished": plan.finished}
+
+
+async def get_plan(request: web.Request) -> web.Response:
+    return web.json_response(_plan_view(request.app[PLANS].get(request.match_info["id"])))
+
+
+async def list_plans(request: web.Request) -> web.Response:
+    return web.json_response({"plans": [_plan_view(p) for p in request.app[PLANS].plans()]})
+
+
+async def delete_plan(request: web.Request) -> web.Response:
+    await request.app[PLANS].delete(request.match_info["id"])
+    return web.json_response({"deleted": request.match_info["id"]})
+
+
 async def _json_object(request: web.Request) -> dict[str, object]:
+    raw = await request.read()
+    if request.content_type == "application/msgpack":
+        try:
+            body = msgpack.unpackb(raw, raw=False)
+        except Exception as exc:  # msgpack raises many types for bad input
+            raise BadRequestBody(f"request body is not msgpack: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequestBody("request body must be a map")
+        return body
     try:
-        body = json.loads(await request.read())
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequestBody(f"request body is not JSON: {exc}") from None
     if not isinstance(body, dict):

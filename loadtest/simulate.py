@@ -1,0 +1,710 @@
+"""Replay synthetic training traces through the spoke's eviction policies and Belady's OPT.
+
+    python -m loadtest.simulate            # the full run (about 15 s on 2 cores)
+    python -m loadtest.simulate --quick    # smaller traces, for CI (under 2 s)
+
+Every policy is the project's own class from :mod:`spoke.policy`, driven exactly as
+``spoke.cache.ChunkCache`` drives it: on a hit ``touch(key)``; on a miss ``admit(key)``,
+then ``evict(key)`` while the fill would not fit, then ``insert(key, size)``. The
+simulator owns the bytes, as the cache does, and checks after every request that no
+policy holds more bytes than the capacity (:class:`CapacityError` otherwise).
+
+OPT is Belady's offline algorithm with the next uses precomputed from the trace: evict
+the residents whose next use is furthest, and admit an incoming chunk only if room can be
+made by evicting residents all needed later than it (so a chunk never read again is never
+admitted). With equal sizes that is optimal; with a partial last chunk per object it is
+the usual "furthest next use" heuristic. A heap with lazy invalidation keeps it
+O(n log n).
+
+The traces are lists of ``(key, size, job)`` (:class:`Req`); ``simulate`` and ``opt`` also
+take plain ``(key, size)`` pairs. Everything is seeded: the same seed gives the same
+traces and the same table. Only the standard library (and
+:mod:`spoke.policy`) is used. A policy under development -- a plan-aware one, say -- is
+plugged in as any ``capacity -> policy`` callable; one that knows the read plan can be
+handed it by a closure::
+
+    from loadtest.simulate import CHUNK, opt, shuffled_epochs, simulate
+    trace = shuffled_epochs(10_000, epochs=4, seed=1)
+    capacity = 5_000 * CHUNK
+    print(simulate(lambda c: PlanAware(c, plan=trace), trace, capacity), opt(trace, capacity))
+
+The table's hit ratios leave out a warm-up (the first epoch of the epoch traces); its
+"last-epoch" column shows the last epoch alone, since ARC and S3-FIFO take several epochs
+to settle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from spoke.policy import POLICY_NAMES, EvictionPolicy, make_policy
+
+__all__ = [
+    "CHUNK",
+    "Built",
+    "CapacityError",
+    "PolicyFactory",
+    "Req",
+    "Result",
+    "Row",
+    "Scenario",
+    "SimulationError",
+    "build",
+    "by_job",
+    "chunk_sizes",
+    "hot_set_with_scan",
+    "last_epoch",
+    "lru_shuffle_hit_ratio",
+    "merge",
+    "multi_job_epochs",
+    "next_uses",
+    "opt",
+    "policy_factories",
+    "run_case",
+    "run_scenarios",
+    "scenarios",
+    "shuffled_epochs",
+    "simulate",
+    "table",
+    "with_scan",
+    "zipf_objects",
+]
+
+CHUNK = 4 << 20  # the hub's default chunk size (hub.config.DEFAULT_CHUNK_SIZE)
+
+
+class Req(NamedTuple):
+    """One chunk read: its cache key, its size in bytes and the job that reads it."""
+
+    key: Hashable
+    size: int
+    job: str = ""
+
+
+TraceItem = tuple[Hashable, int] | tuple[Hashable, int, str]
+Trace = Sequence[TraceItem]
+PolicyFactory = Callable[[int], EvictionPolicy[Any]]
+
+
+class SimulationError(RuntimeError):
+    """A policy broke the caller protocol (evicted a non-resident key, lost a key...)."""
+
+
+class CapacityError(SimulationError):
+    """A policy (or OPT) held more bytes than the capacity, or could not make room."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """Hits and requests, counted and in bytes; ``jobs`` splits them by the trace's job."""
+
+    hits: int
+    requests: int
+    hit_bytes: int
+    total_bytes: int
+    jobs: Mapping[str, Result] = field(default_factory=dict)
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.requests if self.requests else 0.0
+
+    @property
+    def byte_hit_ratio(self) -> float:
+        return self.hit_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+class _Tally:
+    """Per-job counters [hits, requests, hit bytes, bytes], for requests past the warm-up."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[str, list[int]] = {}
+
+    def add(self, job: str, hit: bool, size: int) -> None:
+        counts = self.counts.get(job)
+        if counts is None:
+            counts = self.counts[job] = [0, 0, 0, 0]
+        counts[1] += 1
+        counts[3] += size
+        if hit:
+            counts[0] += 1
+            counts[2] += size
+
+    def result(self) -> Result:
+        jobs = {
+            job: Result(hits, requests, hit_bytes, total_bytes)
+            for job, (hits, requests, hit_bytes, total_bytes) in sorted(self.counts.items())
+        }
+        return Result(
+            hits=sum(r.hits for r in jobs.values()),
+            requests=sum(r.requests for r in jobs.values()),
+            hit_bytes=sum(r.hit_bytes for r in jobs.values()),
+            total_bytes=sum(r.total_bytes for r in jobs.values()),
+            jobs=jobs,
+        )
+
+
+def _unpack(item: TraceItem) -> tuple[Hashable, int, str]:
+    if len(item) == 2:
+        return item[0], item[1], ""
+    return item[0], item[1], item[2]
+
+
+def _check_capacity(capacity_bytes: int) -> None:
+    if capacity_bytes < 0:
+        raise ValueError(f"capacity_bytes must be >= 0, got {capacity_bytes}")
+
+
+def simulate(
+    policy_factory: PolicyFactory, trace: Trace, capacity_bytes: int, *, warmup: int = 0
+) -> Result:
+    """Replay ``trace`` through a new ``policy_factory(capacity_bytes)``.
+
+    Requests before index ``warmup`` are replayed but not counted. A chunk larger than
+    the whole cache is served and not stored. Raises :class:`CapacityError` as soon as
+    the policy's resident bytes exceed ``capacity_bytes`` (or disagree with the bytes the
+    simulator placed), and :class:`SimulationError` if the policy's idea of what is
+    resident departs from the simulator's.
+    """
+    _check_capacity(capacity_bytes)
+    policy = policy_factory(capacity_bytes)
+    resident: dict[Hashable, int] = {}  # key -> size: the bytes the "cache" holds
+    used = 0
+    tally = _Tally()
+    for index, item in enumerate(trace):
+        key, size, job = _unpack(item)
+        hit = key in resident
+        if hit != (key in policy):
+            raise SimulationError(
+                f"request {index}: {key!r} resident for the simulator: {hit}, "
+                f"for {policy.name}: {not hit}"
+            )
+        if hit:
+            policy.touch(key)
+        elif size <= capacity_bytes:
+            policy.admit(key)
+            while used + size > capacity_bytes:
+                victim = policy.evict(key)
+                if victim is None:
+                    raise CapacityError(
+                        f"request {index}: {policy.name} is over capacity "
+                        f"({used} + {size} > {capacity_bytes} bytes) yet evicted nothing"
+                    )
+                victim_size = resident.pop(victim, None)
+                if victim_size is None:
+                    raise SimulationError(
+                        f"request {index}: {policy.name} evicted non-resident {victim!r}"
+                    )
+                used -= victim_size
+            policy.insert(key, size)
+            resident[key] = size
+            used += size
+        held = policy.resident_bytes
+        if held > capacity_bytes or held != used or len(policy) != len(resident):
+            raise CapacityError(
+                f"request {index}: {policy.name} holds {held} bytes in {len(policy)} entries "
+                f"(capacity {capacity_bytes}); the simulator placed {used} bytes "
+                f"in {len(resident)} entries"
+            )
+        if index >= warmup:
+            tally.add(job, hit, size)
+    return tally.result()
+
+
+def next_uses(keys: Sequence[Hashable]) -> list[int]:
+    """For each position, the position of the next request of the same key.
+
+    A key never requested again gets ``len(keys) + position``: beyond the trace, and
+    distinct, so that no two heap entries of :func:`opt` ever compare equal.
+    """
+    n = len(keys)
+    following = [0] * n
+    last: dict[Hashable, int] = {}
+    for position in range(n - 1, -1, -1):
+        key = keys[position]
+        following[position] = last.get(key, n + position)
+        last[key] = position
+    return following
+
+
+def opt(trace: Trace, capacity_bytes: int, *, warmup: int = 0) -> Result:
+    """Belady's OPT over ``trace`` (see the module docstring); counted like :func:`simulate`."""
+    _check_capacity(capacity_bytes)
+    items = [_unpack(item) for item in trace]
+    n = len(items)
+    following = next_uses([key for key, _, _ in items])
+    resident: dict[Hashable, tuple[int, int]] = {}  # key -> (next use, size)
+    heap: list[tuple[int, Hashable]] = []  # (-next use, key); stale unless it matches resident
+    used = 0
+    tally = _Tally()
+    for index, (key, size, job) in enumerate(items):
+        upcoming = following[index]
+        entry = resident.get(key)
+        hit = entry is not None
+        if entry is not None:
+            resident[key] = (upcoming, entry[1])
+            heapq.heappush(heap, (-upcoming, key))
+        elif upcoming < n and size <= capacity_bytes:  # worth keeping: it is read again
+            victims: list[tuple[int, Hashable]] = []
+            need = used + size - capacity_bytes
+            while need > 0 and heap:
+                negated, candidate = heap[0]
+                current = resident.get(candidate)
+                if current is None or current[0] != -negated:
+                    heapq.heappop(heap)  # stale
+                    continue
+                if -negated < upcoming:
+                    break  # every remaining resident is needed sooner than the incoming key
+                victims.append(heapq.heappop(heap))
+                need -= current[1]
+            if need > 0:  # decline: put the candidates back
+                for candidate_entry in victims:
+                    heapq.heappush(heap, candidate_entry)
+            else:
+                for _, victim in victims:
+                    used -= resident.pop(victim)[1]
+                resident[key] = (upcoming, size)
+                heapq.heappush(heap, (-upcoming, key))
+                used += size
+        if used > capacity_bytes:
+            raise CapacityError(f"request {index}: OPT holds {used} > {capacity_bytes} bytes")
+        if index >= warmup:
+            tally.add(job, hit, size)
+    return tally.result()
+
+
+# --- traces ----------------------------------------------------------------------------
+
+
+def chunk_sizes(
+    n_chunks: int, rng: random.Random, *, partial: bool, max_object_chunks: int = 8
+) -> list[int]:
+    """Sizes of ``n_chunks`` chunks of a dataset of objects (files, shards).
+
+    Without ``partial`` every chunk is a full :data:`CHUNK`. With it, objects of 1 to
+    ``max_object_chunks`` chunks are laid end to end and each one's last chunk is a
+    partial one of 1 byte to a full chunk.
+    """
+    if not partial:
+        return [CHUNK] * n_chunks
+    sizes: list[int] = []
+    while len(sizes) < n_chunks:
+        count = min(rng.randint(1, max_object_chunks), n_chunks - len(sizes))
+        sizes.extend([CHUNK] * (count - 1))
+        sizes.append(rng.randint(1, CHUNK))
+    return sizes
+
+
+def shuffled_epochs(
+    n_chunks: int,
+    epochs: int,
+    *,
+    seed: int,
+    job: str = "train",
+    key_base: int = 0,
+    partial: bool = False,
+    label_epochs: bool = False,
+) -> list[Req]:
+    """A training job: each epoch reads every chunk once, in a fresh random permutation.
+
+    Keys are ``key_base .. key_base + n_chunks - 1``. With ``label_epochs`` the job of a
+    request in epoch e (1-based) is ``f"{job}@{e}"``, so that results split by epoch.
+    """
+    rng = random.Random(seed)
+    sizes = chunk_sizes(n_chunks, rng, partial=partial)
+    keys = list(range(key_base, key_base + n_chunks))
+    trace: list[Req] = []
+    for epoch in range(1, epochs + 1):
+        rng.shuffle(keys)
+        label = f"{job}@{epoch}" if label_epochs else job
+        trace.extend(Req(key, sizes[key - key_base], label) for key in keys)
+    return trace
+
+
+def with_scan(training: Sequence[Req], *, key_base: int, job: str = "scan") -> list[Req]:
+    """``training`` interleaved 1:1 with a one-pass scan of as many never-repeated chunks.
+
+    The scan's keys are ``key_base, key_base + 1, ...``; they must not overlap the training
+    keys.
+    """
+    trace: list[Req] = []
+    for offset, request in enumerate(training):
+        trace.append(request)
+        trace.append(Req(key_base + offset, CHUNK, job))
+    return trace
+
+
+def multi_job_epochs(
+    jobs: Sequence[tuple[str, int, int]],
+    *,
+    seed: int,
+    partial: bool = True,
+    label_epochs: bool = False,
+) -> tuple[list[Req], int]:
+    """Several training jobs, each with its own dataset, sharing one cache.
+
+    ``jobs`` is ``(name, n_chunks, epochs)`` per job. The jobs run concurrently: the next
+    request comes from a job drawn with probability proportional to its remaining
+    requests, so each job's reads are spread over the whole trace (a job with a small
+    dataset and many epochs re-reads its chunks sooner). Returns the trace and the
+    position by which every job has finished its first epoch (a natural warm-up).
+    """
+    rng = random.Random(seed)
+    streams: list[list[Req]] = []
+    key_base = 0
+    for name, n_chunks, epochs in jobs:
+        stream = shuffled_epochs(
+            n_chunks,
+            epochs,
+            seed=rng.randrange(2**32),
+            job=name,
+            key_base=key_base,
+            partial=partial,
+            label_epochs=label_epochs,
+        )
+        streams.append(stream)
+        key_base += n_chunks
+    remaining = [len(stream) for stream in streams]
+    cursors = [0] * len(streams)
+    first_epoch_done = [0] * len(streams)
+    trace: list[Req] = []
+    for _ in range(sum(remaining)):
+        (pick,) = rng.choices(range(len(streams)), weights=remaining)
+        trace.append(streams[pick][cursors[pick]])
+        cursors[pick] += 1
+        remaining[pick] -= 1
+        if cursors[pick] == jobs[pick][1]:
+            first_epoch_done[pick] = len(trace)
+    return trace, max(first_epoch_done)
+
+
+def hot_set_with_scan(n_hot: int, rounds: int, *, seed: int) -> list[Req]:
+    """A working set re-read in rounds, interleaved 1:1 with a one-pass scan.
+
+    Each round reads the ``n_hot`` hot chunks (keys ``0 .. n_hot - 1``, job "hot") in a
+    fresh random order; after every hot read comes a never-repeated scan chunk (keys from
+    ``n_hot`` up, job "scan"). Between two reads of a hot chunk lie about ``2 * n_hot``
+    distinct chunks, half of them never read again: a scan-resistant policy keeps the
+    hot set in a cache of ``1.5 * n_hot`` chunks, LRU does not.
+    """
+    rng = random.Random(seed)
+    hot = list(range(n_hot))
+    scan = n_hot
+    trace: list[Req] = []
+    for _ in range(rounds):
+        rng.shuffle(hot)
+        for key in hot:
+            trace.append(Req(key, CHUNK, "hot"))
+            trace.append(Req(scan, CHUNK, "scan"))
+            scan += 1
+    return trace
+
+
+def zipf_objects(
+    n_objects: int,
+    alpha: float,
+    n_requests: int,
+    *,
+    seed: int,
+    job: str = "zipf",
+    max_object_chunks: int = 8,
+) -> tuple[list[Req], int]:
+    """Reads of whole objects of a shared corpus, object popularity Zipf(``alpha``).
+
+    Objects have 1 to ``max_object_chunks`` chunks, the last one partial; popularity
+    ranks are a random permutation of the objects; a read requests all of an object's
+    chunks in order. Whole objects are read until the trace holds at least ``n_requests``
+    chunk requests. Returns the trace and the corpus size in bytes.
+    """
+    rng = random.Random(seed)
+    objects: list[list[Req]] = []
+    key = 0
+    for _ in range(n_objects):
+        count = rng.randint(1, max_object_chunks)
+        chunks = [Req(key + i, CHUNK, job) for i in range(count - 1)]
+        chunks.append(Req(key + count - 1, rng.randint(1, CHUNK), job))
+        objects.append(chunks)
+        key += count
+    corpus_bytes = sum(request.size for chunks in objects for request in chunks)
+    ranked = list(range(n_objects))
+    rng.shuffle(ranked)
+    cumulative: list[float] = []
+    total = 0.0
+    for rank in range(1, n_objects + 1):
+        total += rank**-alpha
+        cumulative.append(total)
+    trace: list[Req] = []
+    while len(trace) < n_requests:
+        for rank in rng.choices(range(n_objects), cum_weights=cumulative, k=256):
+            trace.extend(objects[ranked[rank]])
+            if len(trace) >= n_requests:
+                break
+    return trace, corpus_bytes
+
+
+# --- scenarios and the table ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A trace to build (deterministically, from ``kind`` and ``params``) and the caches to try.
+
+    ``capacities`` are fractions of the dataset's bytes (for the scan trace, of the training
+    dataset; for the Zipf traces, of the corpus).
+    """
+
+    label: str
+    description: str
+    kind: str  # "epochs", "scan", "jobs" or "zipf"
+    params: tuple[tuple[str, Any], ...]
+    capacities: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Built:
+    """A scenario's trace, its dataset size and how many leading requests are warm-up."""
+
+    trace: list[Req]
+    dataset_bytes: int
+    warmup: int
+
+
+def build(scenario: Scenario) -> Built:
+    """The trace of ``scenario``; training requests are labelled ``job@epoch``."""
+    p = dict(scenario.params)
+    if scenario.kind in ("epochs", "scan"):
+        n = p["n_chunks"]
+        trace = shuffled_epochs(n, p["epochs"], seed=p["seed"], label_epochs=True)
+        if scenario.kind == "epochs":
+            return Built(trace, n * CHUNK, n)
+        return Built(with_scan(trace, key_base=n), n * CHUNK, 2 * n)
+    if scenario.kind == "jobs":
+        trace, warmup = multi_job_epochs(p["jobs"], seed=p["seed"], label_epochs=True)
+        return Built(trace, sum({r.key: r.size for r in trace}.values()), warmup)
+    if scenario.kind == "zipf":
+        trace, corpus = zipf_objects(p["n_objects"], p["alpha"], p["n_requests"], seed=p["seed"])
+        return Built(trace, corpus, 0)
+    raise ValueError(f"unknown scenario kind {scenario.kind!r}")
+
+
+def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
+    """The traces of the report: (a) epochs, (b) epochs + scan, (c) 3 jobs, (d) Zipf."""
+    n = 2_000 if quick else 12_000  # chunks in the training dataset
+    epochs = 4 if quick else 10
+    fractions = (0.25, 0.5, 0.9, 1.1)
+    jobs = (("job0", n // 2, 4), ("job1", 3 * n // 10, 6), ("job2", n // 5, 9))
+    n_objects, n_requests = n // 4, 6 * n
+    per_job = ", ".join(f"{name} {chunks} chunks x {count}" for name, chunks, count in jobs)
+    return [
+        Scenario(
+            "a",
+            f"shuffled epochs: {n} chunks x {epochs} epochs, 4 MiB chunks",
+            "epochs",
+            (("n_chunks", n), ("epochs", epochs), ("seed", seed)),
+            fractions,
+        ),
+        Scenario(
+            "b",
+            f"(a)'s job interleaved 1:1 with a one-pass scan of {n * epochs} other chunks",
+            "scan",
+            (("n_chunks", n), ("epochs", epochs), ("seed", seed + 1)),
+            fractions,
+        ),
+        Scenario(
+            "c",
+            f"3 concurrent jobs, one cache: {per_job}; partial last chunks",
+            "jobs",
+            (("jobs", jobs), ("seed", seed + 2)),
+            (0.25, 0.5, 0.9),
+        ),
+        *(
+            Scenario(
+                f"d {alpha}",
+                f"Zipf {alpha} over {n_objects} objects of 1-8 chunks (partial last), "
+                f"whole-object reads, {n_requests} chunk requests",
+                "zipf",
+                (
+                    ("n_objects", n_objects),
+                    ("n_requests", n_requests),
+                    ("alpha", alpha),
+                    ("seed", seed + 3),
+                ),
+                (0.1, 0.25),
+            )
+            for alpha in (0.8, 1.0)
+        ),
+    ]
+
+
+def policy_factories() -> dict[str, PolicyFactory]:
+    """The project's policies by name, built with :func:`spoke.policy.make_policy`."""
+
+    def factory(name: str) -> PolicyFactory:
+        return lambda capacity: make_policy(name, capacity)
+
+    return {name: factory(name) for name in POLICY_NAMES}
+
+
+def merge(results: Iterable[Result]) -> Result:
+    """The sum of ``results`` (without a per-job split)."""
+    parts = list(results)
+    return Result(
+        hits=sum(r.hits for r in parts),
+        requests=sum(r.requests for r in parts),
+        hit_bytes=sum(r.hit_bytes for r in parts),
+        total_bytes=sum(r.total_bytes for r in parts),
+    )
+
+
+def by_job(result: Result) -> dict[str, Result]:
+    """``result.jobs`` with the epochs of each job (labels ``job@epoch``) added up."""
+    groups: dict[str, list[Result]] = {}
+    for label, part in result.jobs.items():
+        groups.setdefault(label.partition("@")[0], []).append(part)
+    return {job: merge(parts) for job, parts in groups.items()}
+
+
+def last_epoch(result: Result) -> Result | None:
+    """The requests of each job's last epoch (labels ``job@epoch``); None without labels."""
+    last: dict[str, tuple[int, Result]] = {}
+    for label, part in result.jobs.items():
+        job, at, epoch = label.partition("@")
+        if at and (job not in last or int(epoch) > last[job][0]):
+            last[job] = (int(epoch), part)
+    return merge(part for _, part in last.values()) if last else None
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: Scenario
+    fraction: float
+    policy: str
+    result: Result
+    optimum: Result
+
+
+def run_case(scenario: Scenario, fraction: float) -> list[Row]:
+    """OPT and every policy on ``scenario`` with a cache of ``fraction`` of its dataset."""
+    built = build(scenario)
+    capacity = int(built.dataset_bytes * fraction)
+    optimum = opt(built.trace, capacity, warmup=built.warmup)
+    rows = [Row(scenario, fraction, "opt", optimum, optimum)]
+    for name, factory in policy_factories().items():
+        result = simulate(factory, built.trace, capacity, warmup=built.warmup)
+        rows.append(Row(scenario, fraction, name, result, optimum))
+    return rows
+
+
+def run_scenarios(chosen: Iterable[Scenario], *, workers: int = 1) -> list[Row]:
+    """Every policy and OPT on every scenario at every capacity, in a stable order."""
+    cases = [(scenario, fraction) for scenario in chosen for fraction in scenario.capacities]
+    if workers <= 1 or len(cases) <= 1:
+        batches = [run_case(scenario, fraction) for scenario, fraction in cases]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            batches = list(pool.map(run_case, *zip(*cases, strict=True)))
+    return [row for batch in batches for row in batch]
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def _of(value: float, reference: float) -> str:
+    return f"{100 * value / reference:.0f}" if reference > 0 else "-"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The Markdown table of ``rows``, then a legend of the traces."""
+    lines = [
+        "| trace | cache | policy | hit % (req) | hit % (bytes) | % of OPT (req) "
+        "| % of OPT (bytes) | last-epoch hit % (req) | hit % by job (req) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        result, optimum = row.result, row.optimum
+        jobs = by_job(result)
+        split = ""
+        if len(jobs) > 1:
+            split = ", ".join(f"{job} {_percent(part.hit_ratio)}" for job, part in jobs.items())
+        final = last_epoch(result)
+        lines.append(
+            f"| {row.scenario.label} | {100 * row.fraction:.0f} % | {row.policy} "
+            f"| {_percent(result.hit_ratio)} | {_percent(result.byte_hit_ratio)} "
+            f"| {_of(result.hit_ratio, optimum.hit_ratio)} "
+            f"| {_of(result.byte_hit_ratio, optimum.byte_hit_ratio)} "
+            f"| {_percent(final.hit_ratio) if final else ''} | {split} |"
+        )
+    lines.append("")
+    seen: dict[str, str] = {}
+    for row in rows:
+        seen.setdefault(row.scenario.label, row.scenario.description)
+    lines.extend(f"- {label}: {description}" for label, description in seen.items())
+    return "\n".join(lines)
+
+
+def lru_shuffle_hit_ratio(fraction: float) -> float:
+    """LRU's steady-state hit ratio on shuffled epochs with a cache of ``fraction`` of the data.
+
+    A chunk at relative position u of one epoch and v of the next has about
+    N(1 - u(1 - v)) distinct chunks between its two reads, so LRU hits iff
+    u(1 - v) > 1 - fraction; for u, v uniform that has probability 1 - a + a ln a,
+    a = 1 - fraction.
+    """
+    if fraction >= 1:
+        return 1.0
+    if fraction <= 0:
+        return 0.0
+    a = 1 - fraction
+    return 1 - a + a * math.log(a)
+
+
+NOTES = """\
+Cache sizes are fractions of the dataset ((b): of the training dataset; (d): of the corpus).
+Hit ratios leave out a warm-up: the first epoch in (a) and (b), the requests until every job
+has finished its first epoch in (c); none in (d). "last-epoch" counts only the requests of each
+training job's last epoch (near the steady state; (b)'s scan is left out). OPT is Belady's with
+bypass; with equal chunks its steady state on shuffled epochs is exactly the cache fraction.
+LRU's steady state on shuffled epochs, 1 - a + a ln a with a = 1 - fraction: {lru}."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.simulate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="small traces (for CI)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of every trace")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="processes to spread the cases over (the results do not depend on it)",
+    )
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    rows = run_scenarios(scenarios(quick=args.quick, seed=args.seed), workers=args.workers)
+    print(table(rows))
+    print()
+    lru = ", ".join(
+        f"{100 * f:.0f} % -> {_percent(lru_shuffle_hit_ratio(f))} %" for f in (0.25, 0.5, 0.9)
+    )
+    print(NOTES.format(lru=lru))
+    print(f"({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

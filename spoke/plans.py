@@ -1,0 +1,225 @@
+"""Loader-ordered prefetch: a loader tells the spoke the order it will read.
+
+A plan is the list of reads a job will make, e.g. the shuffled sample order of
+its next epoch. The spoke turns it into the sequence of chunks those reads touch
+and then (1) fetches the next chunks of that sequence ahead of the reader, as
+background work that yields to demand, within a window of bytes, and (2) tells
+the eviction policy how far away each chunk's next use is, so it can apply
+Belady's rule (:mod:`spoke.plan_policy`).
+
+The reader's position is learnt from its reads: requests carrying
+``X-Hubspoke-Plan: <id>`` move that plan's cursor to the chunk they touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import math
+import secrets
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from protocol.chunks import chunk_slices
+from protocol.errors import ProtocolError
+from protocol.manifest import Manifest
+from protocol.ranges import ByteRange
+from spoke.cache import ChunkCache
+from spoke.keys import ChunkKey
+
+logger = logging.getLogger(__name__)
+
+PLAN_HEADER = "X-Hubspoke-Plan"
+# Bounds what one plan may cost the spoke: 4M reads is a 64 GiB epoch of 16 KiB samples.
+MAX_PLAN_READS = 4_000_000
+
+
+class PlanNotFound(ProtocolError):
+    status_hint = 404
+    title = "No such plan"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRead:
+    path: str
+    offset: int
+    length: int
+
+
+class ReadPlan:
+    """One job's chunk sequence and how far its reader has got."""
+
+    def __init__(self, plan_id: str, sequence: list[str], where: dict[str, tuple[Manifest, int]]):
+        self.id = plan_id
+        self._names = list(dict.fromkeys(sequence))
+        ids = {name: i for i, name in enumerate(self._names)}
+        self._seq = array("l", (ids[name] for name in sequence))
+        self._positions: dict[int, array[int]] = {}
+        for position, chunk in enumerate(self._seq):
+            self._positions.setdefault(chunk, array("l")).append(position)
+        self._ids = ids
+        self.where = where
+        self.cursor = 0
+        self.moved = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    @property
+    def distinct_chunks(self) -> int:
+        return len(self._names)
+
+    def observe(self, name: str) -> None:
+        """A loader following this plan read chunk ``name``: move the cursor up to it."""
+        chunk = self._ids.get(name)
+        if chunk is None:
+            return
+        occurrences = self._positions[chunk]
+        i = bisect.bisect_left(occurrences, self.cursor)
+        if i < len(occurrences) and occurrences[i] > self.cursor:
+            self.cursor = occurrences[i]
+            self.moved.set()
+
+    def next_use(self, name: str) -> float:
+        """Planned reads until ``name`` is needed after the current read; ``inf`` if never.
+
+        Strictly after the cursor: the chunk being read now is in use already, and
+        what matters to eviction is when it will be wanted again.
+        """
+        chunk = self._ids.get(name)
+        if chunk is None:
+            return math.inf
+        occurrences = self._positions[chunk]
+        i = bisect.bisect_right(occurrences, self.cursor)
+        return math.inf if i == len(occurrences) else float(occurrences[i] - self.cursor)
+
+    def upcoming(self, limit: int) -> list[str]:
+        """The next ``limit`` distinct chunks from the cursor on, in order of need."""
+        seen: dict[str, None] = {}
+        for position in range(self.cursor, len(self._seq)):
+            seen.setdefault(self._names[self._seq[position]])
+            if len(seen) >= limit:
+                break
+        return list(seen)
+
+    @property
+    def finished(self) -> bool:
+        return self.cursor >= len(self._seq) - 1
+
+
+class PlanRegistry:
+    """Every active plan of one spoke, and their prefetchers."""
+
+    def __init__(self, window_bytes: int, concurrency: int = 4) -> None:
+        self._cache: ChunkCache | None = None
+        self.window_bytes = window_bytes
+        self.concurrency = concurrency
+        self._plans: dict[str, ReadPlan] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def bind(self, cache: ChunkCache) -> None:
+        """Attach the cache (made after the policy that consults this registry)."""
+        self._cache = cache
+
+    @property
+    def cache(self) -> ChunkCache:
+        assert self._cache is not None, "PlanRegistry.bind() was not called"
+        return self._cache
+
+    def next_use(self, name: object) -> float:
+        """Distance to the next planned use of chunk ``name`` across all plans."""
+        if not self._plans or not isinstance(name, str):
+            return math.inf
+        return min(plan.next_use(name) for plan in self._plans.values())
+
+    async def create(self, reads: Iterable[PlannedRead]) -> ReadPlan:
+        manifests: dict[str, Manifest] = {}
+        sequence: list[str] = []
+        where: dict[str, tuple[Manifest, int]] = {}
+        for read in reads:
+            manifest = manifests.get(read.path)
+            if manifest is None:
+                manifest = manifests[read.path] = (await self.cache.manifest(read.path))[0]
+            stop = min(read.offset + read.length, manifest.size)
+            if read.offset >= stop:
+                continue
+            r = ByteRange(read.offset, stop)
+            for s in chunk_slices(r, manifest.size, manifest.chunk_size):
+                name = ChunkKey.of(manifest, s.index).name
+                if not sequence or sequence[-1] != name:
+                    sequence.append(name)
+                where.setdefault(name, (manifest, s.index))
+        plan = ReadPlan(secrets.token_hex(8), sequence, where)
+        self._plans[plan.id] = plan
+        self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan))
+        return plan
+
+    def get(self, plan_id: str) -> ReadPlan:
+        plan = self._plans.get(plan_id)
+        if plan is None:
+            raise PlanNotFound(f"no plan {plan_id!r}")
+        return plan
+
+    def plans(self) -> list[ReadPlan]:
+        return list(self._plans.values())
+
+    def observe(self, plan_id: str, names: Iterable[str]) -> None:
+        plan = self._plans.get(plan_id)
+        if plan is not None:
+            for name in names:
+                plan.observe(name)
+
+    async def delete(self, plan_id: str) -> None:
+        self.get(plan_id)
+        del self._plans[plan_id]
+        task = self._tasks.pop(plan_id)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        for plan_id in list(self._plans):
+            await self.delete(plan_id)
+
+    async def _prefetch(self, plan: ReadPlan) -> None:
+        """Keep the window of chunks ahead of the plan's cursor cached."""
+        in_flight: dict[asyncio.Future[object], str] = {}
+        # Chunks tried while in the window are not tried again until they leave it:
+        # one the policy declined to keep would otherwise be fetched in a loop.
+        attempted: set[str] = set()
+        try:
+            while not plan.finished:
+                plan.moved.clear()
+                upcoming = plan.upcoming(self._window_chunks(plan))
+                attempted &= set(upcoming)
+                for name in upcoming:
+                    if len(in_flight) >= self.concurrency:
+                        break
+                    if name in attempted or self.cache.is_cached(*plan.where[name]):
+                        continue
+                    attempted.add(name)
+                    in_flight[asyncio.ensure_future(self._fetch(plan, name))] = name
+                moved: asyncio.Future[object] = asyncio.ensure_future(plan.moved.wait())
+                done, _ = await asyncio.wait({*in_flight, moved},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                moved.cancel()
+                for task in done:
+                    in_flight.pop(task, None)
+        finally:
+            for task in in_flight:
+                task.cancel()
+
+    def _window_chunks(self, plan: ReadPlan) -> int:
+        if not plan.where:
+            return 1
+        chunk_size = next(iter(plan.where.values()))[0].chunk_size
+        return max(1, self.window_bytes // chunk_size)
+
+    async def _fetch(self, plan: ReadPlan, name: str) -> None:
+        manifest, index = plan.where[name]
+        try:
+            await self.cache.prefetch(manifest, index)
+        except ProtocolError as exc:
+            logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
+                        manifest.path, index, exc)
