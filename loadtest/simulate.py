@@ -36,6 +36,7 @@ to settle.
 from __future__ import annotations
 
 import argparse
+import bisect
 import heapq
 import math
 import os
@@ -47,6 +48,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from spoke.plan_policy import PlanAwarePolicy
 from spoke.policy import POLICY_NAMES, EvictionPolicy, make_policy
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "Row",
     "Scenario",
     "SimulationError",
+    "TracePlan",
     "build",
     "by_job",
     "chunk_sizes",
@@ -75,6 +78,7 @@ __all__ = [
     "scenarios",
     "shuffled_epochs",
     "simulate",
+    "simulate_with_plan",
     "table",
     "with_scan",
     "zipf_objects",
@@ -167,7 +171,13 @@ def _check_capacity(capacity_bytes: int) -> None:
 
 
 def simulate(
-    policy_factory: PolicyFactory, trace: Trace, capacity_bytes: int, *, warmup: int = 0
+    policy_factory: PolicyFactory,
+    trace: Trace,
+    capacity_bytes: int,
+    *,
+    warmup: int = 0,
+    tick: Callable[[int], None] | None = None,
+    bypass_ok: bool = False,
 ) -> Result:
     """Replay ``trace`` through a new ``policy_factory(capacity_bytes)``.
 
@@ -175,7 +185,9 @@ def simulate(
     the whole cache is served and not stored. Raises :class:`CapacityError` as soon as
     the policy's resident bytes exceed ``capacity_bytes`` (or disagree with the bytes the
     simulator placed), and :class:`SimulationError` if the policy's idea of what is
-    resident departs from the simulator's.
+    resident departs from the simulator's. ``tick(index)`` runs before each request (a
+    plan's cursor follows the replay with it); with ``bypass_ok`` a policy may decline a
+    newcomer by evicting nothing (the chunk is served and not stored), as the spoke allows.
     """
     _check_capacity(capacity_bytes)
     policy = policy_factory(capacity_bytes)
@@ -183,6 +195,8 @@ def simulate(
     used = 0
     tally = _Tally()
     for index, item in enumerate(trace):
+        if tick is not None:
+            tick(index)
         key, size, job = _unpack(item)
         hit = key in resident
         if hit != (key in policy):
@@ -194,8 +208,12 @@ def simulate(
             policy.touch(key)
         elif size <= capacity_bytes:
             policy.admit(key)
+            admitted = True
             while used + size > capacity_bytes:
                 victim = policy.evict(key)
+                if victim is None and bypass_ok:
+                    admitted = False
+                    break
                 if victim is None:
                     raise CapacityError(
                         f"request {index}: {policy.name} is over capacity "
@@ -207,9 +225,10 @@ def simulate(
                         f"request {index}: {policy.name} evicted non-resident {victim!r}"
                     )
                 used -= victim_size
-            policy.insert(key, size)
-            resident[key] = size
-            used += size
+            if admitted:
+                policy.insert(key, size)
+                resident[key] = size
+                used += size
         held = policy.resident_bytes
         if held > capacity_bytes or held != used or len(policy) != len(resident):
             raise CapacityError(
@@ -594,8 +613,50 @@ class Row:
     optimum: Result
 
 
+class TracePlan:
+    """What a loader's read plan tells the spoke, replayed: ``next_use(key)``.
+
+    Holds the future requests of the planned jobs (every job but ``unplanned``); the
+    cursor follows the replay (``tick``). Same semantics as the spoke's
+    :meth:`spoke.plans.ReadPlan.next_use`: requests until the key's next planned read
+    after the current one, ``inf`` when none.
+    """
+
+    def __init__(self, trace: Trace, unplanned: frozenset[str] = frozenset({"scan"})) -> None:
+        self.cursor = 0
+        self._positions: dict[Hashable, list[int]] = {}
+        for index, item in enumerate(trace):
+            key, _, job = _unpack(item)
+            if job.partition("@")[0] not in unplanned:
+                self._positions.setdefault(key, []).append(index)
+
+    def tick(self, index: int) -> None:
+        self.cursor = index
+
+    def __call__(self, key: Hashable) -> float:
+        positions = self._positions.get(key)
+        if not positions:
+            return math.inf
+        i = bisect.bisect_right(positions, self.cursor)
+        return math.inf if i == len(positions) else float(positions[i] - self.cursor)
+
+
+def simulate_with_plan(name: str, trace: Trace, capacity: int, *, warmup: int) -> Result:
+    """Policy ``name`` wrapped in the spoke's plan-aware eviction, the plan known."""
+    plan = TracePlan(trace)
+
+    def factory(capacity_bytes: int) -> EvictionPolicy[Any]:
+        return PlanAwarePolicy(make_policy(name, capacity_bytes), plan)
+
+    return simulate(factory, trace, capacity, warmup=warmup, tick=plan.tick, bypass_ok=True)
+
+
 def run_case(scenario: Scenario, fraction: float) -> list[Row]:
-    """OPT and every policy on ``scenario`` with a cache of ``fraction`` of its dataset."""
+    """OPT and every policy on ``scenario`` with a cache of ``fraction`` of its dataset.
+
+    Traces of training jobs are also replayed with each policy under plan-aware
+    eviction (``+plan``): the jobs told the spoke their read order; a scan did not.
+    """
     built = build(scenario)
     capacity = int(built.dataset_bytes * fraction)
     optimum = opt(built.trace, capacity, warmup=built.warmup)
@@ -603,6 +664,10 @@ def run_case(scenario: Scenario, fraction: float) -> list[Row]:
     for name, factory in policy_factories().items():
         result = simulate(factory, built.trace, capacity, warmup=built.warmup)
         rows.append(Row(scenario, fraction, name, result, optimum))
+    if scenario.kind in ("epochs", "scan", "jobs"):
+        for name in POLICY_NAMES:
+            result = simulate_with_plan(name, built.trace, capacity, warmup=built.warmup)
+            rows.append(Row(scenario, fraction, f"{name}+plan", result, optimum))
     return rows
 
 

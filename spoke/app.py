@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from service import logs
+from service import auth, logs
+from service.auth import Access, RouteTable
 from service.metrics import make_registry
 from service.problem import problem_middleware
+from service.tls import client_context
 from spoke import handlers
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
@@ -34,6 +36,9 @@ def make_app(config: SpokeConfig) -> web.Application:
     # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
     app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
+    auth.install(app, auth.make_guard(
+        config.auth_secret_file, config.auth_previous_secret_file, routes(config)
+    ))
     app[handlers.CONFIG] = config
     app[handlers.READ_LATENCY] = read_latency_histograms()
     app.cleanup_ctx.append(_cache_context)
@@ -55,6 +60,31 @@ def make_app(config: SpokeConfig) -> web.Application:
     return app
 
 
+def routes(config: SpokeConfig) -> RouteTable:
+    """What each route asks of a loader's bearer token when auth is on (unlisted: admin).
+
+    The spoke checks loaders' tokens itself, so a cached read never waits on the hub;
+    towards the hub it uses its own token (``--hub-token-file``).
+    """
+    return {
+        ("GET", "/objects/{path}"): Access.OBJECT,
+        ("GET", "/list/{prefix}"): Access.LISTING,
+        ("GET", "/list"): Access.LISTING,
+        ("GET", "/stats"): Access.ADMIN,
+        ("DELETE", "/cache/{path}"): Access.ADMIN_OBJECT,
+        ("POST", "/plans"): Access.TOKEN,  # the handler checks each planned path
+        ("GET", "/plans"): Access.ADMIN,  # lists every tenant's plan ids
+        ("GET", "/plans/{id}"): Access.TOKEN,  # ids are 64 random bits
+        ("DELETE", "/plans/{id}"): Access.TOKEN,
+        ("POST", "/warm"): Access.ADMIN,
+        ("GET", "/warm"): Access.ADMIN,
+        ("GET", "/warm/{id}"): Access.ADMIN,
+        ("DELETE", "/warm/{id}"): Access.ADMIN,
+        ("GET", "/healthz"): Access.OPEN,
+        ("GET", "/metrics"): auth.metrics_access(config.metrics_auth),
+    }
+
+
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
     cache, plans = await open_cache(config)
@@ -63,7 +93,7 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(
-        stats_series(cache, warm, app[handlers.READ_LATENCY])
+        [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke")]
     )
     try:
         yield
@@ -85,6 +115,9 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
         connect_timeout_s=config.connect_timeout_s,
         read_timeout_s=config.read_timeout_s,
         max_connections=config.fetch_concurrency * 2,
+        token=auth.load_token(config.hub_token_file) if config.hub_token_file else None,
+        # Without --hub-ca aiohttp's default context verifies against the system CAs.
+        ssl_context=client_context(config.hub_ca) if config.hub_ca else None,
     )
     await hub.start()
     plans = PlanRegistry(

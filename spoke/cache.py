@@ -112,19 +112,19 @@ class ChunkCache:
     async def open(self) -> float:
         """Load the persisted index and reconcile it with the files; returns seconds taken."""
         started = time.perf_counter()
-        rows, on_disk, temps = await self._in_db(self._scan)
+        rows, (on_disk, stray), temps = await self._in_db(self._scan)
         stale = [r.name for r in rows if r.name not in on_disk]
-        keep = [r for r in rows if r.name in on_disk]
+        present = [r for r in rows if r.name in on_disk]
         known = {r.name for r in rows}
         orphans = [name for name in on_disk if name not in known]
+        keep, over = self._newest_within_capacity(present)
+        stale += [r.name for r in over]  # the capacity was lowered since the last run
         for row in keep:  # least recently used first, so the policy order survives
-            if self._used_bytes + row.size > self.capacity_bytes:
-                stale.append(row.name)  # capacity was lowered since last run
-                continue
             self._resident[row.name] = Resident(row.size, row.path)
             self._used_bytes += row.size
             self.policy.insert(row.name, row.size)
         await self._in_db(self._drop_files, stale + orphans, stale)
+        await self._in_db(self._drop_stray, stray)
         self._flusher = asyncio.create_task(self._flush_accesses_forever())
         took = time.perf_counter() - started
         logger.info(
@@ -133,9 +133,24 @@ class ChunkCache:
         )
         return took
 
-    def _scan(self) -> tuple[list[ChunkRow], set[str], int]:
+    def _scan(self) -> tuple[list[ChunkRow], tuple[set[str], list[str]], int]:
         temps = self.store.remove_temp_files()
-        return self.index.rows(), self.store.names(), temps
+        return self.index.rows(), self.store.scan(), temps
+
+    def _newest_within_capacity(
+        self, rows: list[ChunkRow]
+    ) -> tuple[list[ChunkRow], list[ChunkRow]]:
+        """Split rows (oldest access first) into the most recent that fit, and the rest."""
+        room = self.capacity_bytes
+        cut = len(rows)
+        while cut > 0 and rows[cut - 1].size <= room:
+            room -= rows[cut - 1].size
+            cut -= 1
+        return rows[cut:], rows[:cut]
+
+    def _drop_stray(self, paths: list[str]) -> None:
+        for path in paths:
+            self.store.delete_stray(path)
 
     def _drop_files(self, names: list[str], rows: list[str]) -> None:
         for name in names:
@@ -227,9 +242,10 @@ class ChunkCache:
                 self.stats.prefetch_used += 1
             return Chunk(key, None, True)
         self.stats.misses += 1
-        data, joined = await self._chunk_flights.do(name, lambda: self._fill(key, manifest))
-        if joined:
+        if name in self._chunk_flights:
+            # Counted on joining, so waiters of a flight that then fails count too.
             self.stats.singleflight_joins += 1
+        data, _ = await self._chunk_flights.do(name, lambda: self._fill(key, manifest))
         return Chunk(key, data, False)
 
     async def prefetch(self, manifest: Manifest, index: int) -> bool:

@@ -488,16 +488,16 @@ class _Runtime:
         self._closed = True
         if threading.get_ident() == self._thread.ident:
             # A finaliser running on our own loop cannot wait for it; finish from inside.
-            self.loop.create_task(self._shutdown())
+            task = self.loop.create_task(self.client.aclose())
+            task.add_done_callback(lambda _: self.loop.stop())
             return
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
-        self._thread.join()
-
-    async def _shutdown(self) -> None:
         try:
-            await self.client.aclose()
+            asyncio.run_coroutine_threadsafe(self.client.aclose(), self.loop).result()
         finally:
-            self.loop.stop()
+            # Stopped only after the result is delivered: a loop stopped from inside the
+            # coroutine would never run the callback that completes our future.
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
 
 
 _LOCK = threading.Lock()

@@ -17,6 +17,7 @@ from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
+from service.auth import check_paths, check_prefix
 from service.body import send_plan
 from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
@@ -136,8 +137,10 @@ async def start_warm(request: web.Request) -> web.Response:
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise BadRequestBody('"paths" must be a list of object paths')
         paths = [validate_path(p) for p in paths]
+        check_paths(request, paths)
         job = request.app[WARM].start(paths=paths)
     elif isinstance(prefix, str):
+        check_prefix(request, validate_prefix(prefix))
         job = request.app[WARM].start(prefix=validate_prefix(prefix))
     else:
         raise BadRequestBody('"prefix" must be a string')
@@ -165,7 +168,9 @@ async def create_plan(request: web.Request) -> web.Response:
         raise BadRequestBody('"reads" must be a non-empty list of [path, offset, length]')
     if len(reads) > MAX_PLAN_READS:
         raise BadRequestBody(f"a plan holds at most {MAX_PLAN_READS} reads")
-    plan = await request.app[PLANS].create(_planned_read(r) for r in reads)
+    planned = [_planned_read(r) for r in reads]
+    check_paths(request, {p.path for p in planned})  # a tenant plans only what it may read
+    plan = await request.app[PLANS].create(planned)
     return web.json_response(_plan_view(plan), status=201,
                              headers={"Location": f"/plans/{plan.id}"})
 

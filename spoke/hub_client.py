@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import quote
@@ -30,6 +31,15 @@ from spoke.errors import (
 logger = logging.getLogger(__name__)
 
 
+class HubTlsError(HubRefused):
+    """The TLS handshake with the hub failed (e.g. its certificate is not trusted).
+
+    Not retryable: the same certificate fails the same way. Nothing reaches the cache.
+    """
+
+    title = "TLS to the hub failed"
+
+
 class HubClient:
     def __init__(
         self,
@@ -38,8 +48,14 @@ class HubClient:
         connect_timeout_s: float,
         read_timeout_s: float,
         max_connections: int,
+        token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``token`` goes to the hub as ``Authorization: Bearer``; ``ssl_context`` verifies an
+        https hub (default: the system CAs, host name checked)."""
         self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
         )
@@ -52,11 +68,12 @@ class HubClient:
         trace.on_connection_create_end.append(self._count_connection)
         # Keep-alive matters at 60 ms RTT: a new TCP connection costs a round trip.
         connector = aiohttp.TCPConnector(
-            limit=self._max_connections, keepalive_timeout=60, enable_cleanup_closed=False
+            limit=self._max_connections, keepalive_timeout=60, enable_cleanup_closed=False,
+            ssl=self._ssl,
         )
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, trace_configs=[trace],
-            auto_decompress=False,
+            auto_decompress=False, headers=self._headers,
         )
 
     async def close(self) -> None:
@@ -84,6 +101,8 @@ class HubClient:
             raise HubTimeout(f"hub did not answer in time ({url})") from exc
         except aiohttp.ClientPayloadError as exc:
             raise HubUnavailable(f"hub connection broke mid-body: {exc}") from exc
+        except aiohttp.ClientSSLError as exc:
+            raise _tls_error(self.base_url, exc) from exc
         except aiohttp.ClientError as exc:
             raise HubUnavailable(f"cannot reach the hub: {exc}") from exc
         except OSError as exc:
@@ -139,6 +158,11 @@ async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: s
     if response.status == 400:
         # The hub refused the path (e.g. it escapes the root): the loader's fault.
         raise BadPath(f"hub refused {path!r}: {(await response.text())[:200]}")
+    if response.status in (401, 403):
+        # The spoke's own credentials, not the loader's: say which flag to look at.
+        detail = (await response.text())[:200]
+        raise HubRefused(f"hub answered {response.status} to the spoke's token for {path!r} "
+                         f"(check --hub-token-file): {detail}")
     if 400 <= response.status < 500:
         detail = (await response.text())[:200]
         raise HubRefused(f"hub answered {response.status} for {path!r}: {detail}")
@@ -147,3 +171,11 @@ async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: s
     raise BadGateway(f"hub answered {response.status} for {path!r}")
 
 
+def _tls_error(base_url: str, exc: aiohttp.ClientSSLError) -> HubTlsError:
+    """A message that names the cause and the fix, never just "cannot connect"."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        cause = exc.certificate_error
+        reason = getattr(cause, "verify_message", None) or str(cause)
+        return HubTlsError(f"certificate verification failed for the hub at {base_url}: "
+                           f"{reason} (trust its CA with --hub-ca)")
+    return HubTlsError(f"TLS handshake with the hub at {base_url} failed: {exc}")

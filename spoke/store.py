@@ -69,18 +69,33 @@ class ChunkStore:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path_of(name))
 
-    def names(self) -> set[str]:
-        """Every stored chunk name.
+    def scan(self) -> tuple[set[str], list[str]]:
+        """The stored chunk names, and the paths of stray files that are not chunks.
 
         Names only, no stat per file: a published chunk is complete by construction
-        (atomic rename), so start-up only needs to know which exist.
+        (atomic rename), so start-up only needs to know which exist. Anything not
+        where :meth:`path_of` would put it is stray.
         """
         found: set[str] = set()
+        stray: list[str] = []
         with os.scandir(self._chunks) as buckets:
             for bucket in buckets:
-                if bucket.is_dir(follow_symlinks=False):
-                    found.update(os.listdir(bucket.path))
-        return found
+                if not bucket.is_dir(follow_symlinks=False):
+                    stray.append(bucket.path)
+                    continue
+                for name in os.listdir(bucket.path):
+                    if name[:2] == bucket.name:
+                        found.add(name)
+                    else:
+                        stray.append(os.path.join(bucket.path, name))
+        return found, stray
+
+    def delete_stray(self, path: str) -> None:
+        """Remove a stray file found by :meth:`scan` (only below the chunk directory)."""
+        if os.path.commonpath([self._chunks, os.path.abspath(path)]) != self._chunks:
+            raise ValueError(f"{path} is not inside {self._chunks}")
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            os.unlink(path)
 
     def remove_temp_files(self) -> int:
         """Delete half-written chunks left by a crash; returns how many."""

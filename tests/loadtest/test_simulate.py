@@ -66,8 +66,9 @@ def test_quick_run_covers_every_trace_and_policy(quick_rows: list[Row]) -> None:
     assert {(label, f) for label, f in grouped if label in "ab"} == {
         (label, f) for label in "ab" for f in (0.25, 0.5, 0.9, 1.1)
     }
-    for policies in grouped.values():
-        assert sorted(policies) == sorted(("opt", *POLICY_NAMES))
+    for (label, _), policies in grouped.items():
+        planned = [f"{name}+plan" for name in POLICY_NAMES] if label in "abc" else []
+        assert sorted(policies) == sorted(("opt", *POLICY_NAMES, *planned))
         assert all(row.result.requests > 1000 for row in policies.values())
 
 
@@ -408,3 +409,17 @@ def test_main_prints_the_table(
     assert out.startswith("| trace | cache | policy | hit % (req) | hit % (bytes) |")
     assert "| a | 50 % | opt | 50.0 | 50.0 | 100 | 100 | 50.0 |  |" in out
     assert "50 % -> 15.3 %" in out
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.9])
+@pytest.mark.parametrize("kind", ["epochs", "scan"])
+def test_plan_aware_eviction_reaches_opt_for_planned_jobs(kind: str, fraction: float) -> None:
+    """The target of the policy issue: shuffled epochs with a plan >= 0.95 x OPT."""
+    scenario = next(s for s in simulate_module.scenarios(quick=True) if s.kind == kind)
+    rows = [r for r in simulate_module.run_case(scenario, fraction) if r.policy.endswith("+plan")]
+    assert {r.policy for r in rows} == {"arc+plan", "lru+plan", "s3fifo+plan"}
+    for row in rows:
+        train = simulate_module.by_job(row.result).get("train", row.result)
+        train_opt = simulate_module.by_job(row.optimum).get("train", row.optimum)
+        assert train.hit_ratio >= 0.95 * train_opt.hit_ratio, row.policy
+        assert row.result.hit_ratio > 0.9 * row.optimum.hit_ratio
