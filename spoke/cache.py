@@ -39,6 +39,8 @@ T = TypeVar("T")
 # Hashing a chunk this large on the event loop would stall other requests.
 _INLINE_DIGEST_BYTES = 256 << 10
 _ACCESS_FLUSH_INTERVAL_S = 5.0
+# A known manifest past its TTL is served stale when the hub takes longer than this.
+STALE_AFTER_S = 1.0
 # A stopping spoke gives fills in flight this long to land before it lets them go.
 _CLOSE_GRACE_S = 2.0
 # From a LAN-speed hit of the hub's page cache up to a chunk crawling over a sick WAN.
@@ -179,7 +181,21 @@ class ChunkCache:
         cached = self._meta.get(path)
         if cached is not None:
             return cached, False
-        return (await self._manifest_flights.do(path, lambda: self._fetch_manifest(path)))[0]
+        refresh = asyncio.ensure_future(
+            self._manifest_flights.do(path, lambda: self._fetch_manifest(path))
+        )
+        known = self._known.get(path)
+        if known is not None:
+            # The TTL has passed but we know a version: a hub that is slow to answer
+            # (not down, just silent) must not stall reads of chunks we hold.
+            done, _ = await asyncio.wait({refresh}, timeout=STALE_AFTER_S)
+            if not done:
+                refresh.add_done_callback(_retrieve)
+                self.stats.stale_manifests += 1
+                return known, True
+        manifest, stale = (await refresh)[0]
+        self.stats.stale_manifests += stale
+        return manifest, stale
 
     def invalidate(self, path: str) -> None:
         """Forget the cached metadata of ``path``; the next read asks the hub."""
@@ -201,7 +217,6 @@ class ChunkCache:
             stale = await self._last_known(path)
             if stale is None:
                 raise
-            self.stats.stale_manifests += 1
             return stale, True
         self._meta[path] = manifest
         if self._known.get(path) != manifest:
@@ -306,8 +321,11 @@ class ChunkCache:
             async with self._fetch_slots.slot(background=background):
                 self.stats.hub_fetches += 1
                 started = time.perf_counter()
-                data = await self.hub.fetch_range(key.path, key.etag, bounds)
-                self.fetch_latency.observe(time.perf_counter() - started)
+                try:
+                    data = await self.hub.fetch_range(key.path, key.etag, bounds)
+                finally:
+                    # Every attempt, failed ones too: a slow WAN must show here.
+                    self.fetch_latency.observe(time.perf_counter() - started)
             self.stats.hub_bytes += len(data)
             await self._verify(manifest, key.index, data)
             return data
@@ -408,3 +426,8 @@ class ChunkCache:
         if self._accesses:
             batch, self._accesses = self._accesses, {}
             await self._in_db(self.index.touch, batch)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # a background refresh's failure was answered with stale data

@@ -149,9 +149,14 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the session this client created (a session passed in stays open)."""
+        """Close the session this client created (a session passed in stays open).
+
+        A client closed this way opens a new session if it is used again.
+        """
+        if not self._owns_session:
+            return
         session, self._session = self._session, None
-        if session is not None and self._owns_session and self._session_pid == os.getpid():
+        if session is not None and self._session_pid == os.getpid():
             await session.close()
 
     async def read(
@@ -189,7 +194,13 @@ class AsyncClient:
         to be sure all of them come from one version.
         """
         reads = [self.read(path, offset, length, etag=etag) for offset, length in ranges]
-        return list(await asyncio.gather(*reads))
+        # return_exceptions: let every read finish before raising, so none is left
+        # running against a session the caller may be about to close.
+        results = await asyncio.gather(*reads, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [r for r in results if isinstance(r, bytes)]
 
     async def stat(self, path: str) -> ObjectStat:
         """Size, ETag and modification time of ``path`` (a ``HEAD`` request)."""
@@ -225,14 +236,17 @@ class AsyncClient:
 
     def _session_now(self) -> aiohttp.ClientSession:
         """This process's session, created on first use inside the running loop."""
-        if self._session is not None and self._owns_session and self._session_pid != os.getpid():
+        if self._session is not None and self._session_pid != os.getpid():
+            if not self._owns_session:
+                raise RuntimeError(
+                    "this AsyncClient was given the parent process's aiohttp session; "
+                    "create the client (or its session) in the child"
+                )
             # Inherited through fork: its sockets are the parent's. Keep the object
             # alive (collecting it would warn) and never touch it again.
             _INHERITED.append(self._session)
             self._session = None
         if self._session is None:
-            if not self._owns_session:
-                raise RuntimeError("the session passed to AsyncClient was closed")
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
                 connector=aiohttp.TCPConnector(limit=self._max_connections),

@@ -17,7 +17,11 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from fsspec.spec import AbstractBufferedFile, AbstractFileSystem  # type: ignore[import-untyped]
+from fsspec.spec import (  # type: ignore[import-untyped]
+    AbstractBufferedFile,
+    AbstractFileSystem,
+    make_instance,
+)
 from fsspec.utils import stringify_path  # type: ignore[import-untyped]
 
 from spoke.client import Client, ObjectNotFound, ObjectStat
@@ -43,18 +47,21 @@ class HubspokeFileSystem(AbstractFileSystem):  # type: ignore[misc]
         max_retry_wait_s: float = 10.0,
         **storage_options: Any,
     ) -> None:
-        super().__init__(
-            endpoint=endpoint, block_size=block_size, max_retries=max_retries,
-            max_retry_wait_s=max_retry_wait_s, **storage_options,
-        )
         resolved = endpoint or os.environ.get(ENDPOINT_ENV)
         if not resolved:
             raise ValueError(f"hubspoke needs endpoint= or the {ENDPOINT_ENV} variable")
+        super().__init__(**storage_options)
         self.endpoint = resolved
         self.block_size = block_size
         self.client = Client(
             resolved, max_retries=max_retries, max_retry_wait_s=max_retry_wait_s
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle the resolved endpoint, so that a copy (a spawned worker) talks to the
+        # same server whatever its environment says.
+        options = {**self.storage_options, "endpoint": self.endpoint}
+        return make_instance, (type(self), self.storage_args, options)
 
     def close(self) -> None:
         """Close the client's connections (it reconnects if used again)."""
@@ -88,6 +95,31 @@ class HubspokeFileSystem(AbstractFileSystem):  # type: ignore[misc]
         else:
             children = []  # an empty namespace: the root exists but holds nothing
         return children if detail else [c["name"] for c in children]
+
+    def find(
+        self,
+        path: str,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        detail: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Every file under ``path`` (and directory, with ``withdirs``), from one listing
+        rather than fsspec's default of one listing per directory."""
+        if maxdepth is not None:
+            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail)
+        path = self._strip_protocol(path)
+        prefix = f"{path}/" if path else ""
+        found = {e.path: _file_info(e) for e in self.client.list(prefix)}
+        if found and withdirs:
+            found.update(_directories(path, found))
+        elif not found and path:
+            try:
+                found = {path: _file_info(self.client.stat(path))}
+            except ObjectNotFound:
+                found = {}
+        ordered = dict(sorted(found.items()))
+        return ordered if detail else list(ordered)
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         """``name``, ``size``, ``type`` (file or directory) and, for files, ``etag``, ``mtime``."""
@@ -212,6 +244,17 @@ def _file_info(stat: ObjectStat) -> dict[str, Any]:
 
 def _dir_info(path: str) -> dict[str, Any]:
     return {"name": path, "size": 0, "type": "directory"}
+
+
+def _directories(path: str, files: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``path`` and every directory between it and ``files`` (all of which lie under it)."""
+    dirs = {path: _dir_info(path)} if path else {}
+    for name in files:
+        parent = name.rpartition("/")[0]
+        while len(parent) > len(path) and parent not in dirs:
+            dirs[parent] = _dir_info(parent)
+            parent = parent.rpartition("/")[0]
+    return dirs
 
 
 def _children(prefix: str, entries: list[ObjectStat]) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ class CircuitBreaker:
         self,
         failure_threshold: int = 5,
         reset_timeout_s: float = 1.0,
-        max_reset_timeout_s: float = 15.0,
+        max_reset_timeout_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.failure_threshold = failure_threshold
