@@ -23,6 +23,7 @@ from protocol.digests import digest
 from protocol.manifest import Manifest, decode_manifest
 from service.metrics import Histogram
 from spoke.errors import ChunkCorrupt, HubTimeout, HubUnavailable, ObjectNotFound, VersionChanged
+from spoke.fds import OpenChunks
 from spoke.flight import SingleFlight
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex, ChunkRow
@@ -39,6 +40,11 @@ T = TypeVar("T")
 # Hashing a chunk this large on the event loop would stall other requests.
 _INLINE_DIGEST_BYTES = 256 << 10
 _ACCESS_FLUSH_INTERVAL_S = 5.0
+# Reads up to this size of cached chunks are a pread on the event loop: chunks were
+# written here recently, so the page cache usually holds them and a pread is a
+# memcpy, cheaper than a thread hop (measured: 64 KiB warm reads ~1.6x, 4 MiB
+# ~1.5x). Larger ones (the reader asks for at most 1 MiB) go to the thread pool.
+INLINE_READ_BYTES = 1 << 20
 # A known manifest past its TTL is served stale when the hub takes longer than this.
 STALE_AFTER_S = 1.0
 # A stopping spoke gives fills in flight this long to land before it lets them go.
@@ -107,6 +113,7 @@ class ChunkCache:
         # SQLite connections belong to one thread; every index call goes through it.
         self._db = ThreadPoolExecutor(1, thread_name_prefix="spoke-index")
         self._accesses: dict[str, float] = {}
+        self._fds = OpenChunks(self.store.open)
         self._flusher: asyncio.Task[None] | None = None
 
     # -- life cycle ---------------------------------------------------------
@@ -164,6 +171,7 @@ class ChunkCache:
         if self._flusher is not None:
             self._flusher.cancel()
         await self._chunk_flights.wait_idle(timeout_s=_CLOSE_GRACE_S)
+        self._fds.close()
         await self._flush_accesses()
         await self._in_db(self.index.close)
         self._db.shutdown(wait=True)
@@ -284,9 +292,14 @@ class ChunkCache:
         """Bytes ``[start, stop)`` of ``chunk``; raises :class:`ChunkGone` if its file vanished."""
         if chunk.data is not None:
             return chunk.data[start:stop]
-        loop = asyncio.get_running_loop()
         try:
-            data = await loop.run_in_executor(None, self.store.read, chunk.key.name, start, stop)
+            if stop - start <= INLINE_READ_BYTES:
+                data = self._fds.pread(chunk.key.name, start, stop)
+            else:
+                loop = asyncio.get_running_loop()
+                data = await loop.run_in_executor(
+                    None, self.store.read, chunk.key.name, start, stop
+                )
         except FileNotFoundError:
             self._forget(chunk.key.name)
             raise ChunkGone(chunk.key.name) from None
@@ -366,6 +379,7 @@ class ChunkCache:
             if victim is None:
                 break
             resident = self._resident.pop(victim, None)
+            self._fds.discard(victim)
             if resident is not None:
                 self._used_bytes -= resident.size
                 self.stats.evictions += 1
@@ -387,6 +401,7 @@ class ChunkCache:
         self.policy.insert(key.name, len(data))
 
     def _forget(self, name: str) -> None:
+        self._fds.discard(name)
         resident = self._resident.pop(name, None)
         if resident is not None:
             self._used_bytes -= resident.size
@@ -403,6 +418,7 @@ class ChunkCache:
             or (prefix is not None and r.path.startswith(prefix))
         ]
         for name in names:
+            self._fds.discard(name)
             resident = self._resident.pop(name)
             self._used_bytes -= resident.size
             self.policy.remove(name)
