@@ -1,4 +1,4 @@
-"""``python -m hub serve --root DIR``: run the hub in the foreground."""
+"""``python -m hub serve --root DIR``: run the hub in the foreground; ``python -m hub token``."""
 
 from __future__ import annotations
 
@@ -6,19 +6,25 @@ import logging
 import sys
 
 from hub.app import make_app
-from hub.config import parse_config
+from hub.config import config_from_args, parse_args
+from hub.token_cli import run_token
 from service.cli import apply_logging_flags, environ
 from service.runner import run, serve_forever
+from service.tls import server_context_for
 
 logger = logging.getLogger("hub")
 
 
 def main(argv: list[str] | None = None) -> int:
-    _command, config = parse_config(sys.argv[1:] if argv is None else argv, environ())
+    args = parse_args(sys.argv[1:] if argv is None else argv, environ())
+    if args.command == "token":
+        return run_token(args)
+    config = config_from_args(args)
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
     logger.info("serving %s (chunk size %d, %s digests)", config.root, config.chunk_size,
                 config.digest_alg)
-    run(lambda: serve_forever(make_app(config), config.host, config.port))
+    tls = server_context_for(config.tls_cert, config.tls_key)
+    run(lambda: serve_forever(make_app(config), config.host, config.port, tls))
     return 0
 
 

@@ -9,7 +9,8 @@ from hub.backend import Backend, FilesystemBackend
 from hub.config import HubConfig
 from hub.manifests import ManifestCache
 from hub.stats import HubStats
-from service import logs
+from service import auth, limits, logs
+from service.auth import Access, RouteTable
 from service.metrics import make_registry
 from service.problem import Handler, problem_middleware
 
@@ -25,11 +26,17 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
 
     app = web.Application(middlewares=[count_requests, problem_middleware])
     logs.install(app)
+    limits.install(app, config.max_inflight_per_client)
     backend = backend or FilesystemBackend(config.root)
     app[handlers.BACKEND] = backend
     app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg)
     app[handlers.STATS] = stats
-    app[handlers.REGISTRY] = make_registry(stats.series())
+    auth.install(app, auth.make_guard(
+        config.auth_secret_file, config.auth_previous_secret_file, routes(config)
+    ))
+    app[handlers.REGISTRY] = make_registry(
+        [*stats.series(), *auth.app_series(app, "hub"), *limits.app_series(app, "hub")]
+    )
     app.router.add_get("/objects/{path:.+}", handlers.get_object)  # GET also routes HEAD
     app.router.add_get("/manifest/{path:.+}", handlers.get_manifest)
     app.router.add_get("/list/{prefix:.*}", handlers.get_list)
@@ -37,3 +44,15 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/metrics", handlers.metrics)
     return app
+
+
+def routes(config: HubConfig) -> RouteTable:
+    """What each route asks of a bearer token when auth is on (unlisted: admin scope)."""
+    return {
+        ("GET", "/objects/{path}"): Access.OBJECT,
+        ("GET", "/manifest/{path}"): Access.OBJECT,
+        ("GET", "/list/{prefix}"): Access.LISTING,
+        ("GET", "/list"): Access.LISTING,
+        ("GET", "/healthz"): Access.OPEN,
+        ("GET", "/metrics"): auth.metrics_access(config.metrics_auth),
+    }

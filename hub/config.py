@@ -6,8 +6,12 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hub.token_cli import add_token_flags
 from protocol.digests import DEFAULT_DIGEST_ALG, digest_algorithms
+from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
+from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
+from service.tls import add_tls_flags, check_pair
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 
@@ -22,6 +26,12 @@ class HubConfig:
     log_level: str = "info"
     log_format: str = "text"
     access_log: str = "on"
+    auth_secret_file: str | None = None
+    auth_previous_secret_file: str | None = None
+    metrics_auth: str = "off"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -39,12 +49,33 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     add_flag(serve, "--digest-alg", env=env, default=DEFAULT_DIGEST_ALG,
              choices=digest_algorithms(), help="per-chunk digest algorithm")
     add_logging_flags(serve, env)
+    add_auth_flags(serve, env)
+    add_tls_flags(serve, env)
+    add_limit_flags(serve, env)
+    token = commands.add_parser(
+        "token", help="mint a bearer token (printed alone on stdout)",
+        description="Sign a token naming a tenant, its path prefixes, scope and expiry.",
+    )
+    add_token_flags(token, env)
     return parser
 
 
+def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        check_pair(parser, args)
+    return args
+
+
 def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, HubConfig]:
-    args = build_parser(env).parse_args(argv)
-    return args.command, HubConfig(
+    """``serve``'s configuration (the other commands have none)."""
+    args = parse_args(argv, env)
+    return args.command, config_from_args(args)
+
+
+def config_from_args(args: argparse.Namespace) -> HubConfig:
+    return HubConfig(
         root=args.root,
         host=args.host,
         port=int(args.port),
@@ -53,4 +84,10 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, HubC
         log_level=args.log_level,
         log_format=args.log_format,
         access_log=args.access_log,
+        auth_secret_file=args.auth_secret_file or None,
+        auth_previous_secret_file=args.auth_previous_secret_file or None,
+        metrics_auth=args.metrics_auth,
+        tls_cert=args.tls_cert or None,
+        tls_key=args.tls_key or None,
+        max_inflight_per_client=int(args.max_inflight_per_client),
     )

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-LISTENING = re.compile(r"listening on (http://\S+)")
+LISTENING = re.compile(r"listening on (https?://\S+)")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -55,7 +55,7 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
-REQUEST_ID_KEY = "hubspoke.request_id"
+REQUEST_ID_KEY = web.RequestKey("request_id", str)
 
 
 async def add_request_id_header(request: web.Request, response: web.StreamResponse) -> None:

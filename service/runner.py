@@ -1,7 +1,8 @@
 """Run an aiohttp app in the foreground until SIGINT/SIGTERM.
 
-Prints ``listening on http://HOST:PORT`` on stderr once the socket accepts, which
-is how scripts and tests learn the port chosen for ``--port 0``.
+Prints ``listening on http://HOST:PORT`` (``https://`` when serving TLS) on stderr
+once the socket accepts, which is how scripts and tests learn the port chosen for
+``--port 0``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -28,22 +30,27 @@ SHUTDOWN_TIMEOUT_S = 5.0
 MAX_HEADER_FIELD_BYTES = max(32 << 10, 2 * MAX_RANGE_HEADER_BYTES)
 
 
-async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start serving ``app``; returns the runner and the bound port."""
+async def start_site(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Start serving ``app`` (HTTPS with ``ssl_context``); returns the runner and the bound port."""
     runner = web.AppRunner(
         app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         max_field_size=MAX_HEADER_FIELD_BYTES,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
     await site.start()
     bound = runner.addresses[0][1]
     return runner, int(bound)
 
 
-async def serve_forever(app: web.Application, host: str, port: int) -> None:
-    runner, bound = await start_site(app, host, port)
-    print(f"listening on http://{host}:{bound}", file=sys.stderr, flush=True)
+async def serve_forever(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> None:
+    runner, bound = await start_site(app, host, port, ssl_context)
+    scheme = "https" if ssl_context is not None else "http"
+    print(f"listening on {scheme}://{host}:{bound}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

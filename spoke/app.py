@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from service import auth, logs
+from service import auth, limits, logs
 from service.auth import Access, RouteTable
 from service.metrics import make_registry
 from service.problem import problem_middleware
@@ -36,6 +36,7 @@ def make_app(config: SpokeConfig) -> web.Application:
     # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
     app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
+    limits.install(app, config.max_inflight_per_client)
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))
@@ -93,7 +94,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(
-        [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke")]
+        [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke"),
+         *limits.app_series(app, "spoke")]
     )
     try:
         yield

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
+from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
 from service.tls import add_tls_flags, check_pair
 
 POLICIES = ("arc", "lru", "s3fifo")
@@ -42,6 +43,7 @@ class SpokeConfig:
     hub_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
 
 
 def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -83,6 +85,7 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     add_flag(p, "--hub-ca", env=env,
              help="PEM CA bundle to verify an https:// hub with (default: the system CAs)")
     add_tls_flags(p, env)
+    add_limit_flags(p, env)
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -147,6 +150,7 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         hub_ca=args.hub_ca or None,
         tls_cert=args.tls_cert or None,
         tls_key=args.tls_key or None,
+        max_inflight_per_client=int(args.max_inflight_per_client),
     )
 
 

@@ -171,11 +171,19 @@ async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: s
     raise BadGateway(f"hub answered {response.status} for {path!r}")
 
 
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH.
+_NAME_MISMATCH = (62, 64)
+
+
 def _tls_error(base_url: str, exc: aiohttp.ClientSSLError) -> HubTlsError:
     """A message that names the cause and the fix, never just "cannot connect"."""
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         cause = exc.certificate_error
-        reason = getattr(cause, "verify_message", None) or str(cause)
-        return HubTlsError(f"certificate verification failed for the hub at {base_url}: "
-                           f"{reason} (trust its CA with --hub-ca)")
+        reason = str(getattr(cause, "verify_message", None) or cause).rstrip(".")
+        hint = ("the certificate must name the host in --hub"
+                if getattr(cause, "verify_code", None) in _NAME_MISMATCH
+                else "trust its CA with --hub-ca")
+        return HubTlsError(
+            f"certificate verification failed for the hub at {base_url}: {reason} ({hint})"
+        )
     return HubTlsError(f"TLS handshake with the hub at {base_url} failed: {exc}")
