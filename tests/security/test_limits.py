@@ -44,7 +44,14 @@ async def test_requests_over_the_cap_get_429_and_are_counted(
         assert [status for status, _, _ in await asyncio.gather(*held)] == [200, 200]
         status, _, body = await call(http, f"{hub.url}/metrics")
         assert status == 200 and b"hub_limit_inflight_rejected_total 1.0" in body
-        assert (await call(http, f"{hub.url}/objects/ds/small.bin"))[0] == 200
+        # The server releases a slot just after the client has the whole answer.
+        statuses = []
+        for _ in range(50):
+            statuses.append((await call(http, f"{hub.url}/objects/ds/small.bin"))[0])
+            if statuses[-1] == 200:
+                break
+            await asyncio.sleep(0.02)
+        assert statuses[-1] == 200 and set(statuses) <= {200, 429}
     finally:
         gated.gate.set()
         await hub.stop()
