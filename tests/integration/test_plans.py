@@ -111,6 +111,7 @@ async def test_plan_aware_eviction_halves_refetches_at_half_capacity(
         assert (await stats(http, spoke.url))["used_bytes"] <= 16 * CHUNK
     chunk_trace = [(path, offset // CHUNK) for order in orders for path, offset in order]
     opt = opt_misses(chunk_trace, capacity=16)
+    print(f"hub fetches per epoch ({policy}): {fetched}; Belady's optimum: {opt} in all")
     # With the plan the spoke fetches within 10 % of Belady's optimum (plus the
     # odd prefetch the policy then declines), far below the plan-less policy.
     assert sum(fetched["plan"]) <= 1.1 * opt + 4, (fetched, opt)
