@@ -29,6 +29,7 @@ from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey
 from spoke.policy import EvictionPolicy
+from spoke.resident import Resident, ResidentSet
 from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
 from spoke.slots import PrioritySlots
 from spoke.stats import SpokeStats
@@ -51,12 +52,6 @@ STALE_AFTER_S = 1.0
 _CLOSE_GRACE_S = 2.0
 # From a LAN-speed hit of the hub's page cache up to a chunk crawling over a sick WAN.
 FETCH_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10)
-
-
-@dataclass(frozen=True, slots=True)
-class Resident:
-    size: int
-    path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +79,8 @@ class ChunkCache:
         meta_ttl_s: float,
         fetch_concurrency: int,
         stats: SpokeStats | None = None,
+        max_age_s: float = 0.0,
+        tenant_quota_bytes: int = 0,
         retry: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
     ) -> None:
@@ -93,13 +90,15 @@ class ChunkCache:
         self.hub = hub
         self.capacity_bytes = capacity_bytes
         self.stats = stats or SpokeStats()
+        self.max_age_s = max_age_s
+        self.tenant_quota_bytes = tenant_quota_bytes
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or CircuitBreaker()
         self.retry_counters = RetryCounters()
         self.fetch_latency = Histogram(FETCH_LATENCY_BUCKETS_S)
-        self._resident: dict[str, Resident] = {}
-        self._used_bytes = 0
+        self._resident = ResidentSet()
         self._reserved_bytes = 0
+        self._tenant_reserved: dict[str, int] = {}
         self._meta: TTLCache[str, Manifest] = TTLCache(maxsize=100_000, ttl=meta_ttl_s)
         # Last manifest seen per object, kept past the TTL for stale-if-error.
         self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
@@ -129,16 +128,15 @@ class ChunkCache:
         keep, over = self._newest_within_capacity(present)
         stale += [r.name for r in over]  # the capacity was lowered since the last run
         for row in keep:  # least recently used first, so the policy order survives
-            self._resident[row.name] = Resident(row.size, row.path)
-            self._used_bytes += row.size
+            self._resident.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at))
             self.policy.insert(row.name, row.size)
         await self._in_db(self._drop_files, stale + orphans, stale)
         await self._in_db(self._drop_stray, stray)
-        self._flusher = asyncio.create_task(self._flush_accesses_forever())
+        self._flusher = asyncio.create_task(self._housekeeping_forever())
         took = time.perf_counter() - started
         logger.info(
             "cache opened: %d chunks, %d bytes, %d dropped, %d orphans, %d temp files, %.3f s",
-            len(self._resident), self._used_bytes, len(stale), len(orphans), temps, took,
+            len(self._resident), self._resident.used_bytes, len(stale), len(orphans), temps, took,
         )
         return took
 
@@ -217,9 +215,11 @@ class ChunkCache:
         try:
             manifest, body = await self._hub_call(attempt)
         except ObjectNotFound:
+            # Deleted at the hub: stop serving it, and delete what we hold of it.
             self._meta.pop(path, None)
             self._known.pop(path, None)
             await self._in_db(self.index.delete_manifest, path)
+            self.stats.purged_chunks += await self._remove(self._resident.matching(path, None))
             raise
         except (HubUnavailable, HubTimeout):
             stale = await self._last_known(path)
@@ -243,7 +243,12 @@ class ChunkCache:
 
     @property
     def used_bytes(self) -> int:
-        return self._used_bytes
+        return self._resident.used_bytes
+
+    @property
+    def tenant_bytes(self) -> dict[str, int]:
+        """Bytes cached per tenant (the tenant whose read brought each chunk in)."""
+        return dict(self._resident.tenant_bytes)
 
     @property
     def fetches_in_flight(self) -> int:
@@ -252,13 +257,17 @@ class ChunkCache:
     def is_cached(self, manifest: Manifest, index: int) -> bool:
         return ChunkKey.of(manifest, index).name in self._resident
 
-    async def get(self, manifest: Manifest, index: int) -> Chunk:
-        """Chunk ``index`` of ``manifest``'s version: from disk, or fetched once from the hub."""
+    async def get(self, manifest: Manifest, index: int, tenant: str = "") -> Chunk:
+        """Chunk ``index`` of ``manifest``'s version: from disk, or fetched once from the hub.
+
+        ``tenant`` is whose read this is: a chunk it brings in counts against its quota.
+        """
         key = ChunkKey.of(manifest, index)
         name = key.name
         if name in self._resident:
             self.stats.hits += 1
             self.policy.touch(name)
+            self._resident.touched(name)
             self._accesses[name] = time.time()
             if name in self._prefetched:
                 del self._prefetched[name]
@@ -268,7 +277,7 @@ class ChunkCache:
         if name in self._chunk_flights:
             # Counted on joining, so waiters of a flight that then fails count too.
             self.stats.singleflight_joins += 1
-        data, _ = await self._chunk_flights.do(name, lambda: self._fill(key, manifest))
+        data, _ = await self._chunk_flights.do(name, lambda: self._fill(key, manifest, tenant))
         return Chunk(key, data, False)
 
     async def prefetch(self, manifest: Manifest, index: int) -> bool:
@@ -281,7 +290,7 @@ class ChunkCache:
         if key.name in self._resident:
             return False
         _, joined = await self._chunk_flights.do(
-            key.name, lambda: self._fill(key, manifest, background=True)
+            key.name, lambda: self._fill(key, manifest, "", background=True)
         )
         if not joined:
             self.stats.prefetched_chunks += 1
@@ -308,23 +317,25 @@ class ChunkCache:
             raise ChunkGone(chunk.key.name)
         return data
 
-    async def _fill(self, key: ChunkKey, manifest: Manifest, background: bool = False) -> bytes:
+    async def _fill(
+        self, key: ChunkKey, manifest: Manifest, tenant: str, background: bool = False
+    ) -> bytes:
         name = key.name
         if name in self._resident:  # filled by a flight that ended after our lookup
             return await asyncio.get_running_loop().run_in_executor(None, self.store.read, name)
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
-        victims, reserved = self._reserve(name, bounds.length)
+        victims, reserved = self._reserve(name, bounds.length, tenant)
         try:
             await self._in_db(self._drop_files, victims, victims)
             data = await self._fetch(key, manifest, background)
             if reserved:
-                await self._publish(key, manifest, data)
+                await self._publish(key, manifest, data, tenant)
             else:
                 self.stats.uncached_fills += 1
             return data
         finally:
             if reserved:
-                self._reserved_bytes -= bounds.length
+                self._release(tenant, bounds.length)
 
     async def _fetch(self, key: ChunkKey, manifest: Manifest, background: bool) -> bytes:
         """Fetch and verify one chunk, with retries; only verified bytes come back."""
@@ -370,41 +381,71 @@ class ChunkCache:
                 f"chunk {index} of {manifest.path} failed {manifest.digest_alg} verification"
             )
 
-    def _reserve(self, name: str, size: int) -> tuple[list[str], bool]:
-        """Make room for ``size`` bytes; returns the victims and whether room was found."""
+    def _reserve(self, name: str, size: int, tenant: str) -> tuple[list[str], bool]:
+        """Make room for ``size`` bytes; returns the victims and whether room was found.
+
+        A tenant at its quota makes room among its own chunks first, so one job
+        cannot evict everyone else's.
+        """
         self.policy.admit(name)
-        victims: list[str] = []
-        while self._used_bytes + self._reserved_bytes + size > self.capacity_bytes:
+        victims, within_quota = self._over_quota_victims(tenant, size)
+        if not within_quota:
+            return victims, False  # its own fills in flight already use its quota
+        while self.used_bytes + self._reserved_bytes + size > self.capacity_bytes:
             victim = self.policy.evict(name)
             if victim is None:
                 break
-            resident = self._resident.pop(victim, None)
-            self._fds.discard(victim)
-            if resident is not None:
-                self._used_bytes -= resident.size
+            if self._drop(victim) is not None:
                 self.stats.evictions += 1
                 victims.append(victim)
-        if self._used_bytes + self._reserved_bytes + size > self.capacity_bytes:
+        if self.used_bytes + self._reserved_bytes + size > self.capacity_bytes:
             return victims, False  # everything left is being filled: serve, don't store
         self._reserved_bytes += size
+        self._tenant_reserved[tenant] = self._tenant_reserved.get(tenant, 0) + size
         return victims, True
 
-    async def _publish(self, key: ChunkKey, manifest: Manifest, data: bytes) -> None:
+    def _release(self, tenant: str, size: int) -> None:
+        self._reserved_bytes -= size
+        left = self._tenant_reserved[tenant] - size
+        if left:
+            self._tenant_reserved[tenant] = left
+        else:
+            del self._tenant_reserved[tenant]
+
+    def _over_quota_victims(self, tenant: str, size: int) -> tuple[list[str], bool]:
+        """Evict ``tenant``'s own oldest chunks until ``size`` more fits its quota."""
+        victims: list[str] = []
+        if not self.tenant_quota_bytes:
+            return victims, True
+        reserved = self._tenant_reserved.get(tenant, 0)
+        quota = self.tenant_quota_bytes
+        while self._resident.tenant_bytes.get(tenant, 0) + reserved + size > quota:
+            victim = self._resident.oldest_of(tenant)
+            if victim is None:
+                return victims, False
+            self._drop(victim)
+            self.policy.remove(victim)
+            self.stats.quota_evictions += 1
+            victims.append(victim)
+        return victims, True
+
+    def _drop(self, name: str) -> Resident | None:
+        """Forget a chunk as resident (its file is deleted by the caller)."""
+        self._fds.discard(name)
+        return self._resident.remove(name)
+
+    async def _publish(self, key: ChunkKey, manifest: Manifest, data: bytes, tenant: str) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.store.write, key.name, data)
         now = time.time()
         row = ChunkRow(key.name, key.path, key.etag, len(data), manifest.digest_alg,
-                       manifest.digests[key.index], now, now)
+                       manifest.digests[key.index], now, now, tenant)
         await self._in_db(self.index.add, row)
-        self._resident[key.name] = Resident(len(data), key.path)
-        self._used_bytes += len(data)
+        self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
         self.policy.insert(key.name, len(data))
 
     def _forget(self, name: str) -> None:
-        self._fds.discard(name)
-        resident = self._resident.pop(name, None)
-        if resident is not None:
-            self._used_bytes -= resident.size
+        if self._drop(name) is not None:
             self.policy.remove(name)
             self.stats.chunks_dropped += 1
 
@@ -412,20 +453,26 @@ class ChunkCache:
 
     async def purge(self, path: str | None = None, prefix: str | None = None) -> int:
         """Remove every cached chunk (all versions) of ``path`` or under ``prefix``."""
-        names = [
-            n for n, r in self._resident.items()
-            if (path is not None and r.path == path)
-            or (prefix is not None and r.path.startswith(prefix))
-        ]
-        for name in names:
-            self._fds.discard(name)
-            resident = self._resident.pop(name)
-            self._used_bytes -= resident.size
-            self.policy.remove(name)
-        await self._in_db(self._drop_files, names, names)
+        removed = await self._remove(self._resident.matching(path, prefix))
         if path is not None:
             self.invalidate(path)
-        self.stats.purged_chunks += len(names)
+        self.stats.purged_chunks += removed
+        return removed
+
+    async def expire(self, now: float | None = None) -> int:
+        """Remove chunks stored more than ``max_age_s`` ago (governance, not capacity)."""
+        if not self.max_age_s:
+            return 0
+        deadline = (time.time() if now is None else now) - self.max_age_s
+        removed = await self._remove(self._resident.stored_before(deadline))
+        self.stats.expired_chunks += removed
+        return removed
+
+    async def _remove(self, names: list[str]) -> int:
+        for name in names:
+            self._drop(name)
+            self.policy.remove(name)
+        await self._in_db(self._drop_files, names, names)
         return len(names)
 
     # -- plumbing -----------------------------------------------------------
@@ -433,10 +480,12 @@ class ChunkCache:
     async def _in_db(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._db, call, *args)
 
-    async def _flush_accesses_forever(self) -> None:
+    async def _housekeeping_forever(self) -> None:
+        """Persist access times; drop chunks past ``max_age_s``."""
         while True:
             await asyncio.sleep(_ACCESS_FLUSH_INTERVAL_S)
             await self._flush_accesses()
+            await self.expire()
 
     async def _flush_accesses(self) -> None:
         if self._accesses:

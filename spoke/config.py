@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from protocol.auth import parse_ttl
+from protocol.errors import ProtocolError
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
 from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
@@ -33,6 +35,8 @@ class SpokeConfig:
     breaker_reset_s: float = 1.0
     verify_on_start: bool = False
     plan_window_bytes: int = 256 << 20
+    max_age_s: float = 0.0
+    tenant_quota_bytes: int = 0
     log_level: str = "info"
     log_format: str = "text"
     access_log: str = "on"
@@ -76,6 +80,11 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="seconds the breaker stays open before one probe may go through")
     add_flag(p, "--plan-window", env=env, default="256MiB", type=positive(size_arg),
              help="bytes fetched ahead of a loader that registered its read plan")
+    add_flag(p, "--max-age", env=env, default="0", type=_age,
+             help="drop cached chunks stored longer ago than this (30m, 12h, 7d; 0 = never)")
+    add_flag(p, "--tenant-quota", env=env, default="0", type=size_arg,
+             help="bytes one tenant's reads may keep cached (0 = no quota); "
+                  "a tenant at its quota evicts its own chunks first")
     add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
              help="check every cached chunk's digest at start-up and drop bad ones")
     add_logging_flags(p, env)
@@ -140,6 +149,8 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         breaker_reset_s=float(args.breaker_reset),
         verify_on_start=_flag(args.verify_on_start),
         plan_window_bytes=int(args.plan_window),
+        max_age_s=float(args.max_age),
+        tenant_quota_bytes=int(args.tenant_quota),
         log_level=args.log_level,
         log_format=args.log_format,
         access_log=args.access_log,
@@ -152,6 +163,16 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         tls_key=args.tls_key or None,
         max_inflight_per_client=int(args.max_inflight_per_client),
     )
+
+
+def _age(text: str) -> int:
+    """argparse ``type=`` for ``--max-age``: ``0`` (never), seconds, or ``30m``/``12h``/``7d``."""
+    if text.strip() == "0":
+        return 0
+    try:
+        return parse_ttl(text)
+    except ProtocolError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _flag(value: object) -> bool:

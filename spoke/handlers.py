@@ -17,7 +17,7 @@ from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
-from service.auth import check_paths, check_prefix
+from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
 from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
@@ -59,7 +59,9 @@ async def _serve(
     plan_id = request.headers.get(PLAN_HEADER)
     if plan_id is not None:
         request.app[PLANS].observe(plan_id, _chunk_names(manifest, plan))
-    reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks)
+    claims = request.get(CLAIMS)
+    tenant = claims.tenant if claims is not None else ""
+    reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks, tenant)
     ranges = plan.ranges
     if request.method == "GET" and ranges and plan.status in (200, 206):
         first = next(chunk_slices(ranges[0], manifest.size, manifest.chunk_size))

@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     digest_alg TEXT NOT NULL,
     digest BLOB NOT NULL,
     stored_at REAL NOT NULL,
-    last_access REAL NOT NULL
+    last_access REAL NOT NULL,
+    tenant TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
 CREATE TABLE IF NOT EXISTS manifests (
@@ -46,6 +47,7 @@ class ChunkRow:
     digest: bytes
     stored_at: float
     last_access: float
+    tenant: str = ""
 
 
 class ChunkIndex:
@@ -59,15 +61,18 @@ class ChunkIndex:
         # last rows, which start-up reconciliation turns into deleted files.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
+        if "tenant" not in columns:  # a cache made before tenants were recorded
+            self._db.execute("ALTER TABLE chunks ADD COLUMN tenant TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         self._db.close()
 
     def add(self, row: ChunkRow) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (row.name, row.path, row.etag, row.size, row.digest_alg, row.digest,
-             row.stored_at, row.last_access),
+             row.stored_at, row.last_access, row.tenant),
         )
 
     def add_many(self, rows: Iterable[ChunkRow]) -> None:
@@ -90,11 +95,13 @@ class ChunkIndex:
     def rows(self) -> list[ChunkRow]:
         """Every chunk row, least recently read first."""
         cursor = self._db.execute(
-            "SELECT name, path, etag, size, digest_alg, digest, stored_at, last_access "
+            "SELECT name, path, etag, size, digest_alg, digest, stored_at, last_access, tenant "
             "FROM chunks "
             "ORDER BY last_access"
         )
-        return [ChunkRow(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7]) for r in cursor]
+        return [
+            ChunkRow(r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7], r[8]) for r in cursor
+        ]
 
     def names_for_path(self, path: str) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM chunks WHERE path = ?", (path,))]

@@ -24,15 +24,18 @@ Write = Callable[[bytes], Awaitable[None]]
 class RangeReader:
     """Reads one object version's ranges through a :class:`ChunkCache`."""
 
-    def __init__(self, cache: ChunkCache, manifest: Manifest, readahead: int) -> None:
+    def __init__(
+        self, cache: ChunkCache, manifest: Manifest, readahead: int, tenant: str = ""
+    ) -> None:
         self.cache = cache
         self.manifest = manifest
         self.readahead = readahead
+        self.tenant = tenant
         self._primed: dict[int, Chunk] = {}
 
     async def prime(self, index: int) -> None:
         """Resolve chunk ``index`` now, so a failure can still become an error status."""
-        self._primed[index] = await self.cache.get(self.manifest, index)
+        self._primed[index] = await self.cache.get(self.manifest, index, self.tenant)
 
     async def write(self, r: ByteRange, write: Write) -> None:
         slices = list(chunk_slices(r, self.manifest.size, self.manifest.chunk_size))
@@ -52,13 +55,15 @@ class RangeReader:
         for s in upcoming:
             if s.index in ahead or self.cache.is_cached(self.manifest, s.index):
                 continue
-            task = asyncio.ensure_future(self.cache.get(self.manifest, s.index))
+            task = asyncio.ensure_future(self.cache.get(self.manifest, s.index, self.tenant))
             task.add_done_callback(_retrieve)
             ahead[s.index] = task
 
     async def _chunk(self, index: int) -> Chunk:
         primed = self._primed.pop(index, None)
-        return primed if primed is not None else await self.cache.get(self.manifest, index)
+        if primed is not None:
+            return primed
+        return await self.cache.get(self.manifest, index, self.tenant)
 
     async def _write_slice(self, chunk: Chunk, s: ChunkSlice, write: Write) -> None:
         offset = s.start
@@ -68,7 +73,7 @@ class RangeReader:
                 data = await self.cache.read(chunk, offset, stop)
             except ChunkGone:
                 # Evicted between lookup and read: fetch it again (same version).
-                chunk = await self.cache.get(self.manifest, s.index)
+                chunk = await self.cache.get(self.manifest, s.index, self.tenant)
                 continue
             await write(data)
             if chunk.hit:

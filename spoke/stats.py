@@ -33,6 +33,8 @@ class SpokeStats:
     stale_manifests: int = 0  # manifests served past their TTL because the hub was down
     chunks_dropped: int = 0  # cached chunks found missing or corrupt, then forgotten
     purged_chunks: int = 0
+    expired_chunks: int = 0  # dropped by --max-age
+    quota_evictions: int = 0  # a tenant at its quota made room among its own chunks
     stale_responses: int = 0  # responses answered with stale metadata (hub unreachable)
     prefetched_chunks: int = 0  # chunks fetched ahead of readers (pre-warm, read-ahead)
     prefetch_used: int = 0  # of those, chunks a loader read afterwards
@@ -58,7 +60,11 @@ _METRICS: dict[str, tuple[str, str, str]] = {
                         "manifests served stale because the hub was unreachable"),
     "chunks_dropped": ("spoke_chunks_dropped_total", "counter",
                        "cached chunks found missing or corrupt and forgotten"),
-    "purged_chunks": ("spoke_purged_chunks_total", "counter", "chunks removed by purge"),
+    "purged_chunks": ("spoke_purged_chunks_total", "counter",
+                      "chunks removed by purge or because the hub deleted the object"),
+    "expired_chunks": ("spoke_expired_chunks_total", "counter", "chunks dropped by --max-age"),
+    "quota_evictions": ("spoke_quota_evictions_total", "counter",
+                        "chunks evicted because their tenant reached --tenant-quota"),
     "prefetched_chunks": ("spoke_prefetched_chunks_total", "counter",
                           "chunks fetched ahead of readers (pre-warm, read-ahead)"),
     "prefetch_used": ("spoke_prefetch_used_total", "counter",
@@ -162,6 +168,7 @@ def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
         breaker_rejected=cache.breaker.rejected_total,
         hub_fetch_p50_s=cache.fetch_latency.quantile(0.5),
         hub_fetch_p99_s=cache.fetch_latency.quantile(0.99),
+        tenant_bytes=cache.tenant_bytes,
         hit_ratio=_ratio(cache.stats.hits, cache.stats.hits + cache.stats.misses),
         byte_hit_ratio=_ratio(cache.stats.bytes_served_hit,
                               cache.stats.bytes_served_hit + cache.stats.bytes_served_miss),

@@ -3,7 +3,9 @@
 No Docker engine is needed: the compose file is checked as data (and with
 ``docker-compose config -q`` when that binary is installed), the healthcheck
 commands are run against a local HTTP server, and deploy/toxiproxy_init.py is
-run, twice, against the project's Toxiproxy stand-in.
+run, twice, against the project's Toxiproxy stand-in. The monitoring side
+(Prometheus, Grafana, the provisioned dashboard) is checked the same way, and every
+metric the dashboard queries is looked up in the /metrics of a real hub and spoke.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from loadtest.procs import start_process
 from loadtest.toxiproxy_server import run_in_subprocess
 from protocol.sizes import parse_size
 
@@ -408,3 +413,297 @@ def test_init_script_fails_when_toxiproxy_never_answers(tmp_path: Path) -> None:
     run = _run_init(f"http://127.0.0.1:{_free_port()}", INIT_CONFIG, timeout="1")
     assert run.returncode != 0
     assert "not ready" in run.stderr
+
+
+# --------------------------------------------------------------------------- monitoring
+
+PROMETHEUS_PORT = 9090
+GRAFANA_PORT = 3000
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+GRAFANA_DIR = ROOT / "deploy" / "grafana"
+GRAFANA_DATASOURCE = GRAFANA_DIR / "provisioning" / "datasources" / "prometheus.yml"
+GRAFANA_PROVIDER = GRAFANA_DIR / "provisioning" / "dashboards" / "hubspoke.yml"
+DASHBOARD = GRAFANA_DIR / "dashboards" / "hubspoke.json"
+GRAFANA_PROVISIONING_PATH = "/etc/grafana/provisioning"  # the image's default
+
+# What issue 4 asks the dashboard to show, as the series it has to read.
+REQUIRED_METRICS = {
+    "spoke_served_hit_bytes_total", "spoke_served_miss_bytes_total",  # throughput, byte hits
+    "spoke_cache_hits_total", "spoke_cache_misses_total",  # hit ratio
+    "spoke_read_seconds_bucket",  # p99 read latency by cache outcome
+    "spoke_hub_bytes_total", "hub_bytes_sent_total",  # hub egress
+    "spoke_hub_fetch_seconds_bucket", "spoke_hub_fetches_in_flight",
+    "spoke_cache_used_bytes", "spoke_cache_capacity_bytes", "spoke_evictions_total",
+    "spoke_breaker_state", "spoke_warm_bytes_done", "spoke_warm_bytes_total",
+    "spoke_prefetch_accuracy",
+}
+
+
+def published_on(service: dict[str, Any]) -> dict[int, tuple[str, int]]:
+    """Container port → (host address, host port); address "" when on all interfaces."""
+    ports: dict[int, tuple[str, int]] = {}
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            if entry.get("published") is not None:
+                ports[int(entry["target"])] = (
+                    str(entry.get("host_ip", "")), int(env_default(str(entry["published"])))
+                )
+            continue
+        parts = env_default(str(entry)).split("/")[0].split(":")
+        if len(parts) == 3:
+            ports[int(parts[2])] = (parts[0], int(parts[1]))
+        elif len(parts) == 2:
+            ports[int(parts[1])] = ("", int(parts[0]))
+    return ports
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path → host path (resolved against the compose file) of bind mounts."""
+    return {
+        target: (ROOT / source).resolve()
+        for target, source in volume_mounts(service).items()
+        if source.startswith((".", "/"))
+    }
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): env_default(str(v)) for k, v in env.items()}
+
+
+def container_file(service: dict[str, Any], path: str) -> Path | None:
+    """The host file a bind mount of ``service`` puts at container ``path``."""
+    for target, source in bind_mounts(service).items():
+        if path == target:
+            return source
+        if path.startswith(target.rstrip("/") + "/"):
+            return source / path[len(target.rstrip("/")) + 1:]
+    return None
+
+
+def image_tag(service: dict[str, Any], repo: str) -> str:
+    image = str(service.get("image", ""))
+    name, _, tag = image.rpartition(":")
+    assert name == repo, f"expected image {repo}, got {image}"
+    return tag
+
+
+@pytest.fixture(scope="module")
+def prometheus_config() -> dict[str, Any]:
+    data = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    data = json.loads(DASHBOARD.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every query of every panel, rows included."""
+    found = []
+    stack = list(dashboard["panels"])
+    while stack:
+        panel = stack.pop()
+        stack.extend(panel.get("panels", []))
+        found.extend((panel["title"], t["expr"]) for t in panel.get("targets", []))
+    return found
+
+
+_PROMQL_TOKEN = re.compile(
+    r"(?:\d+(?:ms|[smhdwy]))+"  # durations (offset 1m30s)
+    r"|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?"  # and numbers (0.99, 1e6) are not names
+    r"|([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?"  # a name; followed by "(" it is a function
+)
+_PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "by", "without",
+                    "on", "ignoring", "group_left", "group_right"}
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+
+
+def promql_metrics(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (not functions, labels or keywords)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors, $__rate_interval included
+    text = _GROUPING.sub("", text)
+    names = set()
+    for match in _PROMQL_TOKEN.finditer(text):
+        name, call = match.groups()
+        if name and not call and name.lower() not in _PROMQL_KEYWORDS:
+            names.add(name)
+    return names
+
+
+def test_promql_metrics_extracts_only_metric_names() -> None:
+    expr = ('histogram_quantile(0.99, sum by (le, cache) '
+            '(rate(spoke_read_seconds_bucket{cache!="hit"}[$__rate_interval]))) '
+            '/ on() group_left max(spoke_breaker_state offset 1m) * 1e3 > bool 0')
+    assert promql_metrics(expr) == {"spoke_read_seconds_bucket", "spoke_breaker_state"}
+
+
+@dataclass
+class Exported:
+    """What a real hub and spoke put on /metrics: sample names, their types and labels."""
+
+    types: dict[str, str]  # sample name → family type (counter, gauge, histogram)
+    labels: dict[str, set[str]]  # sample name → label names seen on it
+
+
+def _read(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return reply.status, reply.read()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    root = tmp_path_factory.mktemp("metrics-hub-root")
+    (root / "ds").mkdir()
+    data = bytes(range(256)) * 1024  # 256 KiB: four chunks of 64 KiB
+    (root / "ds" / "shard.bin").write_bytes(data)
+    logs = str(tmp_path_factory.mktemp("metrics-logs"))
+    cache = tmp_path_factory.mktemp("metrics-cache")
+    types: dict[str, str] = {}
+    labels: dict[str, set[str]] = {}
+    hub = start_process("hub", ["--root", str(root), "--chunk-size", "64KiB"], log_dir=logs)
+    try:
+        spoke = start_process("spoke", ["--hub", hub.url, "--cache-dir", str(cache),
+                                        "--capacity", "64MiB"], log_dir=logs)
+        try:
+            # A miss, a hit and a partial hit, so every histogram has samples.
+            url = f"{spoke.url}/objects/ds/shard.bin"
+            assert _read(url, {"Range": "bytes=0-99"}) == (206, data[:100])
+            assert _read(url) == (200, data)
+            assert _read(url, {"Range": "bytes=100-199"}) == (206, data[100:200])
+            for server in (hub, spoke):
+                status, body = _read(f"{server.url}/metrics")
+                assert status == 200
+                for family in text_string_to_metric_families(body.decode()):
+                    for sample in family.samples:
+                        types[sample.name] = family.type
+                        labels.setdefault(sample.name, set()).update(sample.labels)
+        finally:
+            spoke.stop()
+    finally:
+        hub.stop()
+    return Exported(types, labels)
+
+
+def test_monitoring_services_exist(services: dict[str, dict[str, Any]]) -> None:
+    assert {"prometheus", "grafana"} <= set(services)
+
+
+def test_monitoring_images_are_pinned(services: dict[str, dict[str, Any]]) -> None:
+    prometheus = image_tag(services["prometheus"], "prom/prometheus")
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", prometheus), f"prometheus not pinned: {prometheus}"
+    grafana = image_tag(services["grafana"], "grafana/grafana-oss")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", grafana), f"grafana not pinned: {grafana}"
+
+
+@pytest.mark.parametrize(("name", "port"), [("prometheus", PROMETHEUS_PORT),
+                                            ("grafana", GRAFANA_PORT)])
+def test_monitoring_ports_on_loopback_only(
+    services: dict[str, dict[str, Any]], name: str, port: int
+) -> None:
+    assert published_on(services[name]) == {port: ("127.0.0.1", port)}
+
+
+def test_prometheus_runs_the_repository_config(services: dict[str, dict[str, Any]]) -> None:
+    prometheus = services["prometheus"]
+    path = "/etc/prometheus/prometheus.yml"  # the image's default
+    if prometheus.get("command"):
+        path = flag(command(prometheus), "--config.file")
+    assert container_file(prometheus, path) == PROMETHEUS_CONFIG.resolve()
+
+
+def test_prometheus_scrapes_hub_and_spoke(
+    services: dict[str, dict[str, Any]], prometheus_config: dict[str, Any]
+) -> None:
+    default_interval = prometheus_config.get("global", {}).get("scrape_interval", "1m")
+    scraped: dict[str, str] = {}
+    for job in prometheus_config["scrape_configs"]:
+        assert job.get("metrics_path", "/metrics") == "/metrics"
+        assert job.get("scheme", "http") == "http"
+        for static in job.get("static_configs", []):
+            for target in static["targets"]:
+                scraped[target] = str(job.get("scrape_interval", default_interval))
+    for name, port in HEALTHCHECKED:
+        target = f"{name}:{port}"
+        assert target in scraped, f"{target} is not scraped"
+        # ...and it is where that service listens inside the compose network.
+        assert int(flag(command(services[name]), "--port")) == port
+        interval = re.fullmatch(r"(\d+)s", scraped[target])
+        assert interval is not None and 1 <= int(interval.group(1)) <= 2, scraped[target]
+
+
+def test_grafana_is_provisioned_from_the_repository(services: dict[str, dict[str, Any]]) -> None:
+    grafana = services["grafana"]
+    env = environment(grafana)
+    assert env.get("GF_AUTH_ANONYMOUS_ENABLED") == "true"
+    assert env.get("GF_AUTH_ANONYMOUS_ORG_ROLE") == "Viewer"
+    provisioning = env.get("GF_PATHS_PROVISIONING", GRAFANA_PROVISIONING_PATH)
+    assert container_file(grafana, provisioning) == (GRAFANA_DIR / "provisioning").resolve()
+
+    datasources = yaml.safe_load(GRAFANA_DATASOURCE.read_text())["datasources"]
+    assert [(d["type"], d["url"]) for d in datasources] == [
+        ("prometheus", f"http://prometheus:{PROMETHEUS_PORT}")
+    ]
+    assert "prometheus" in services
+
+    providers = yaml.safe_load(GRAFANA_PROVIDER.read_text())["providers"]
+    assert len(providers) == 1 and providers[0]["type"] == "file"
+    folder = container_file(grafana, providers[0]["options"]["path"])
+    assert folder is not None and (folder / DASHBOARD.name).resolve() == DASHBOARD.resolve()
+    assert condition(grafana, "prometheus") in ("service_started", "service_healthy")
+
+
+def test_dashboard_is_a_grafana_dashboard(dashboard: dict[str, Any]) -> None:
+    assert dashboard["uid"] == "hubspoke"
+    assert dashboard["title"]
+    assert isinstance(dashboard["schemaVersion"], int)
+    assert dashboard["refresh"] == "5s"
+    assert dashboard["time"] == {"from": "now-15m", "to": "now"}
+    panels = dashboard["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    datasource_uids = {d.get("uid") for d in
+                       yaml.safe_load(GRAFANA_DATASOURCE.read_text())["datasources"]}
+    for panel in panels:
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["w"] > 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], f"{panel['title']} has no query"
+        for t in panel["targets"]:
+            source = t.get("datasource", panel.get("datasource"))
+            assert source["type"] == "prometheus" and source["uid"] in datasource_uids
+            assert t["expr"].count("(") == t["expr"].count(")"), t["expr"]
+
+
+def test_dashboard_queries_only_metrics_the_servers_export(
+    dashboard: dict[str, Any], exported: Exported
+) -> None:
+    used: set[str] = set()
+    for title, expr in dashboard_exprs(dashboard):
+        names = promql_metrics(expr)
+        assert names, f"{title}: no metric in {expr}"
+        unknown = names - set(exported.types)
+        assert not unknown, f"{title}: {sorted(unknown)} not exported by hub or spoke ({expr})"
+        used |= names
+        # rate() & co. only make sense over counters (spoke_warm_bytes_total is a gauge).
+        for name in re.findall(r"\b(?:rate|irate|increase)\(\s*([A-Za-z_:][\w:]*)", expr):
+            assert exported.types[name] in ("counter", "histogram"), f"{title}: rate({name})"
+        # Quantiles come from buckets, aggregated by le; other labels must exist on them.
+        for grouping in _GROUPING.findall(expr):
+            for label in filter(None, (part.strip() for part in grouping.split(","))):
+                assert any(label in exported.labels[n] for n in names), f"{title}: {label}"
+        if "_bucket" in expr:
+            assert "histogram_quantile(" in expr
+            assert any("le" in (part.strip() for part in g.split(","))
+                       for g in _GROUPING.findall(expr)), f"{title}: not aggregated by le"
+    assert used >= REQUIRED_METRICS, f"not on the dashboard: {sorted(REQUIRED_METRICS - used)}"
