@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                           "missing": report.missing}))
         return 1 if report.bad else 0
     if args.command == "warm":
-        return run_warm(args.spoke, args.paths, args.prefix, args.quiet)
+        return run_warm(args.spoke, args.paths, args.prefix, args.quiet, args.token_file)
     config = config_from_args(args)
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
     logger.info("caching %s in %s (capacity %d bytes, %s)", config.hub_url, config.cache_dir,

@@ -16,6 +16,7 @@ request, so it either returns bytes of that one version or raises
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import os
@@ -30,9 +31,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
+import msgpack
 from yarl import URL
 
 from protocol.errors import BadPath
+from protocol.headers import PLAN_HEADER
 from protocol.paths import validate_path, validate_prefix
 
 if TYPE_CHECKING:
@@ -128,10 +131,16 @@ class AsyncClient:
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
         max_connections: int = 64,
+        token: str | None = None,
     ) -> None:
         if max_retries < 0 or max_retry_wait_s < 0:
             raise ValueError("max_retries and max_retry_wait_s must not be negative")
         self.endpoint = endpoint.rstrip("/")
+        # Sent on every request: the bearer token (``python -m hub token``) and, once
+        # :meth:`use_plan` is called, the read plan these reads follow.
+        self._extra_headers: dict[str, str] = {}
+        if token is not None:
+            self._extra_headers["Authorization"] = f"Bearer {token}"
         self.max_retries = max_retries
         self.max_retry_wait_s = max_retry_wait_s
         self._timeout = aiohttp.ClientTimeout(
@@ -255,6 +264,29 @@ class AsyncClient:
             self._session_pid = os.getpid()
         return self._session
 
+    async def create_plan(self, reads: Sequence[tuple[str, int, int]]) -> str:
+        """Tell the spoke the ``(path, offset, length)`` reads to come, in order.
+
+        Returns the plan id; :meth:`use_plan` then marks this client's reads as
+        following it, so the spoke fetches ahead of them and evicts by the plan.
+        """
+        body = msgpack.packb({"reads": [list(r) for r in reads]}, use_bin_type=True)
+        headers = {**_BASE_HEADERS, "Content-Type": "application/msgpack"}
+
+        async def created(response: aiohttp.ClientResponse) -> str:
+            await _raise_unless(response, (201,), "plans")
+            return str((await response.json())["id"])
+
+        return await self._send("POST", URL(f"{self.endpoint}/plans"), "plans", headers,
+                                created, data=body)
+
+    def use_plan(self, plan_id: str | None) -> None:
+        """Send ``X-Hubspoke-Plan: plan_id`` with every read from now on (None: stop)."""
+        if plan_id is None:
+            self._extra_headers.pop(PLAN_HEADER, None)
+        else:
+            self._extra_headers[PLAN_HEADER] = plan_id
+
     async def _send(
         self,
         method: str,
@@ -262,16 +294,18 @@ class AsyncClient:
         path: str,
         headers: Mapping[str, str],
         handle: Callable[[aiohttp.ClientResponse], Awaitable[T]],
+        data: bytes | None = None,
     ) -> T:
         """Send a request and return ``handle(response)``; retry 503/504 and lost
         connections within the retry budget, then raise :class:`Unavailable`."""
+        headers = {**headers, **self._extra_headers}
         waited = 0.0
         attempt = 0
         while True:
             failure: Unavailable
             try:
                 async with self._session_now().request(
-                    method, url, headers=headers, allow_redirects=False
+                    method, url, headers=headers, allow_redirects=False, data=data
                 ) as response:
                     if response.status not in _RETRY_STATUSES:
                         return await handle(response)
@@ -453,16 +487,21 @@ class _Settings:
     connect_timeout_s: float
     read_timeout_s: float
     max_connections: int
+    token: str | None = None
+    plan: str | None = None
 
     def make(self) -> AsyncClient:
-        return AsyncClient(
+        client = AsyncClient(
             self.endpoint,
             max_retries=self.max_retries,
             max_retry_wait_s=self.max_retry_wait_s,
             connect_timeout_s=self.connect_timeout_s,
             read_timeout_s=self.read_timeout_s,
             max_connections=self.max_connections,
+            token=self.token,
         )
+        client.use_plan(self.plan)
+        return client
 
 
 class _Runtime:
@@ -545,12 +584,13 @@ class Client:
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 60.0,
         max_connections: int = 64,
+        token: str | None = None,
     ) -> None:
         if max_retries < 0 or max_retry_wait_s < 0:
             raise ValueError("max_retries and max_retry_wait_s must not be negative")
         self._settings = _Settings(
             endpoint.rstrip("/"), max_retries, max_retry_wait_s, connect_timeout_s,
-            read_timeout_s, max_connections,
+            read_timeout_s, max_connections, token,
         )
         self._runtime: _Runtime | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -595,6 +635,18 @@ class Client:
         """See :meth:`AsyncClient.read_many`."""
         runtime = self._runtime_now()
         return runtime.run(runtime.client.read_many(path, ranges, etag=etag))
+
+    def create_plan(self, reads: Sequence[tuple[str, int, int]]) -> str:
+        """See :meth:`AsyncClient.create_plan`."""
+        runtime = self._runtime_now()
+        return runtime.run(runtime.client.create_plan(reads))
+
+    def use_plan(self, plan_id: str | None) -> None:
+        """See :meth:`AsyncClient.use_plan`; applies in every process using this client."""
+        with _LOCK:
+            self._settings = dataclasses.replace(self._settings, plan=plan_id)
+            if self._runtime is not None:
+                self._runtime.client.use_plan(plan_id)
 
     def stat(self, path: str) -> ObjectStat:
         """See :meth:`AsyncClient.stat`."""

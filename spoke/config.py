@@ -119,6 +119,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     group.add_argument("--prefix", help="warm every object under this prefix ('' for all)")
     group.add_argument("--path", action="append", dest="paths", help="an object (repeatable)")
     warm.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_flag(warm, "--token-file", env=env,
+             help="file holding an admin bearer token (when the spoke checks tokens)")
     return parser
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from protocol.chunks import chunk_slices
 from protocol.errors import ProtocolError
+from protocol.headers import PLAN_HEADER
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
 from spoke.cache import ChunkCache
@@ -31,7 +32,8 @@ from spoke.keys import ChunkKey
 
 logger = logging.getLogger(__name__)
 
-PLAN_HEADER = "X-Hubspoke-Plan"
+__all__ = ["PLAN_HEADER", "PlanRegistry", "PlannedRead", "ReadPlan"]
+
 # Bounds what one plan may cost the spoke: 4M reads is a 64 GiB epoch of 16 KiB samples.
 MAX_PLAN_READS = 4_000_000
 

@@ -18,17 +18,25 @@ from tqdm import tqdm
 POLL_INTERVAL_S = 0.5
 
 
+_headers = {"Content-Type": "application/json"}
+
+
 def _call(method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method, headers=_headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         result: dict[str, Any] = json.loads(response.read())
         return result
 
 
-def run_warm(spoke: str, paths: list[str] | None, prefix: str | None, quiet: bool) -> int:
+def run_warm(
+    spoke: str, paths: list[str] | None, prefix: str | None, quiet: bool,
+    token_file: str | None = None,
+) -> int:
     spoke = spoke.rstrip("/")
+    if token_file:
+        with open(token_file, encoding="ascii") as f:
+            _headers["Authorization"] = f"Bearer {f.read().strip()}"
     body: dict[str, Any] = {"paths": paths} if paths else {"prefix": prefix or ""}
     try:
         job = _call("POST", f"{spoke}/warm", body)
