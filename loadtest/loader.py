@@ -52,8 +52,18 @@ def epoch_order(shards: list[Shard], seed: int) -> list[tuple[str, int]]:
     return order
 
 
+async def register_plan(base_url: str, order: list[tuple[str, int]],
+                        session: aiohttp.ClientSession) -> str:
+    """Tell a spoke the read order to come (``POST /plans``); returns the plan id."""
+    reads = [[path, index * SAMPLE_BYTES, SAMPLE_BYTES] for path, index in order]
+    async with session.post(f"{base_url}/plans", json={"reads": reads}) as resp:
+        resp.raise_for_status()
+        plan_id: str = (await resp.json())["id"]
+        return plan_id
+
+
 async def run_pass(base_url: str, order: list[tuple[str, int]], workers: int,
-                   session: aiohttp.ClientSession) -> PassResult:
+                   session: aiohttp.ClientSession, plan: str | None = None) -> PassResult:
     """Read every sample of ``order`` with ``workers`` concurrent readers."""
     result = PassResult()
     queue = iter(order)
@@ -63,6 +73,8 @@ async def run_pass(base_url: str, order: list[tuple[str, int]], workers: int,
         for path, index in queue:
             offset = index * SAMPLE_BYTES
             headers = {"Range": f"bytes={offset}-{offset + SAMPLE_BYTES - 1}"}
+            if plan is not None:
+                headers["X-Hubspoke-Plan"] = plan
             t0 = time.perf_counter()
             async with session.get(f"{base_url}/objects/{path}", headers=headers) as resp:
                 body = await resp.read()

@@ -280,6 +280,16 @@ class ChunkCache:
         data, _ = await self._chunk_flights.do(name, lambda: self._fill(key, manifest, tenant))
         return Chunk(key, data, False)
 
+    def worth_prefetching(self, manifest: Manifest, index: int) -> bool:
+        """Whether a prefetched chunk would be kept: room is free, or the policy would
+        evict something for it (a plan-aware policy refuses chunks needed later than
+        everything cached, and fetching those would only waste the link)."""
+        size = chunk_bounds(index, manifest.size, manifest.chunk_size).length
+        if self.used_bytes + self._reserved_bytes + size <= self.capacity_bytes:
+            return True
+        would_keep = getattr(self.policy, "would_keep", None)
+        return True if would_keep is None else bool(would_keep(ChunkKey.of(manifest, index).name))
+
     async def prefetch(self, manifest: Manifest, index: int) -> bool:
         """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
 
@@ -324,10 +334,13 @@ class ChunkCache:
         if name in self._resident:  # filled by a flight that ended after our lookup
             return await asyncio.get_running_loop().run_in_executor(None, self.store.read, name)
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
+        # Fetch and verify before making room: a fill that fails (hub down) must not
+        # have evicted anything, and a fetch waiting on the WAN holds no reservation.
+        # (Found by the soak: outages used to cost cached chunks.)
+        data = await self._fetch(key, manifest, background)
         victims, reserved = self._reserve(name, bounds.length, tenant)
         try:
             await self._in_db(self._drop_files, victims, victims)
-            data = await self._fetch(key, manifest, background)
             if reserved:
                 await self._publish(key, manifest, data, tenant)
             else:

@@ -23,7 +23,6 @@ from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
-from spoke.keys import ChunkKey
 from spoke.plans import MAX_PLAN_READS, PLAN_HEADER, PlannedRead, PlanRegistry, ReadPlan
 from spoke.reader import RangeReader
 from spoke.stats import stats_snapshot
@@ -58,7 +57,7 @@ async def _serve(
     x_cache = _x_cache(cache, manifest, plan)
     plan_id = request.headers.get(PLAN_HEADER)
     if plan_id is not None:
-        request.app[PLANS].observe(plan_id, _chunk_names(manifest, plan))
+        request.app[PLANS].observe(plan_id, path, [r.start for r in plan.ranges])
     claims = request.get(CLAIMS)
     tenant = claims.tenant if claims is not None else ""
     reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks, tenant)
@@ -81,14 +80,6 @@ async def _serve(
     response = await send_plan(request, plan, write_range, headers)
     request.app[READ_LATENCY][x_cache.lower()].observe(time.perf_counter() - started)
     return response
-
-
-def _chunk_names(manifest: Manifest, plan: ResponsePlan) -> list[str]:
-    return [
-        ChunkKey.of(manifest, s.index).name
-        for r in plan.ranges
-        for s in chunk_slices(r, manifest.size, manifest.chunk_size)
-    ]
 
 
 def _x_cache(cache: ChunkCache, manifest: Manifest, plan: ResponsePlan) -> str:

@@ -101,6 +101,12 @@ class PlanAwarePolicy(Generic[K]):
         planned = sorted(self._planned, key=self._next_use, reverse=True)
         return self.base.keys() + planned
 
+    def would_keep(self, key: K) -> bool:
+        """Whether ``key``, if fetched now, would be admitted (a cheap estimate)."""
+        if len(self.base) or not self._heap:
+            return True
+        return self._next_use(key) < -self._heap[0][0]
+
     def _evict_unplanned(self, incoming: K | None) -> K | None:
         while True:
             victim = self.base.evict(incoming)

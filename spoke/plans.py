@@ -51,37 +51,65 @@ class PlannedRead:
 
 
 class ReadPlan:
-    """One job's chunk sequence and how far its reader has got."""
+    """One job's planned reads, the chunks they touch, and how far its readers are.
 
-    def __init__(self, plan_id: str, sequence: list[str], where: dict[str, tuple[Manifest, int]]):
+    Positions are read indices in the plan. The cursor is learnt from the reads
+    themselves: a read is recognised by its object and start offset, which are
+    unique within an epoch, so several workers reading slightly out of order move
+    the cursor to the furthest read seen without ever jumping to a later epoch.
+    """
+
+    def __init__(
+        self,
+        plan_id: str,
+        reads: list[tuple[int, int]],
+        touched: list[list[int]],
+        names: list[str],
+        where: dict[str, tuple[Manifest, int]],
+    ) -> None:
         self.id = plan_id
-        self._names = list(dict.fromkeys(sequence))
-        ids = {name: i for i, name in enumerate(self._names)}
-        self._seq = array("l", (ids[name] for name in sequence))
-        self._positions: dict[int, array[int]] = {}
-        for position, chunk in enumerate(self._seq):
-            self._positions.setdefault(chunk, array("l")).append(position)
-        self._ids = ids
+        self.reads = len(reads)
         self.where = where
+        self._names = names
+        self._ids = {name: i for i, name in enumerate(names)}
+        # (read, chunk) pairs in read order: what upcoming() walks.
+        self._seq_read = array("l")
+        self._seq_chunk = array("l")
+        self._positions: dict[int, array[int]] = {}
+        for position, chunks in enumerate(touched):
+            for chunk in chunks:
+                self._seq_read.append(position)
+                self._seq_chunk.append(chunk)
+                self._positions.setdefault(chunk, array("l")).append(position)
+        # Reads sorted by (object, offset) key, to recognise a read when it comes.
+        order = sorted(range(len(reads)), key=lambda i: reads[i])
+        self._keys = array("q", (_key(*reads[i]) for i in order))
+        self._key_positions = array("l", order)
+        # A read up to this far behind the cursor is a late worker, not a new epoch.
+        self._slack = max(1, min(4096, len(reads) // 4))
         self.cursor = 0
         self.moved = asyncio.Event()
 
     def __len__(self) -> int:
-        return len(self._seq)
+        return self.reads
 
     @property
     def distinct_chunks(self) -> int:
         return len(self._names)
 
-    def observe(self, name: str) -> None:
-        """A loader following this plan read chunk ``name``: move the cursor up to it."""
-        chunk = self._ids.get(name)
-        if chunk is None:
-            return
-        occurrences = self._positions[chunk]
-        i = bisect.bisect_left(occurrences, self.cursor)
-        if i < len(occurrences) and occurrences[i] > self.cursor:
-            self.cursor = occurrences[i]
+    def observe(self, object_id: int, offset: int) -> None:
+        """A read of ``offset`` in object ``object_id`` arrived: move the cursor to it."""
+        key = _key(object_id, offset)
+        lo = bisect.bisect_left(self._keys, key)
+        hi = bisect.bisect_right(self._keys, key, lo)
+        floor = self.cursor - self._slack
+        best = None
+        for i in range(lo, hi):  # a handful: one per epoch the plan covers
+            position = self._key_positions[i]
+            if position >= floor and (best is None or position < best):
+                best = position
+        if best is not None and best > self.cursor:
+            self.cursor = best
             self.moved.set()
 
     def next_use(self, name: str) -> float:
@@ -100,15 +128,19 @@ class ReadPlan:
     def upcoming(self, limit: int) -> list[str]:
         """The next ``limit`` distinct chunks from the cursor on, in order of need."""
         seen: dict[str, None] = {}
-        for position in range(self.cursor, len(self._seq)):
-            seen.setdefault(self._names[self._seq[position]])
+        for i in range(bisect.bisect_left(self._seq_read, self.cursor), len(self._seq_chunk)):
+            seen.setdefault(self._names[self._seq_chunk[i]])
             if len(seen) >= limit:
                 break
         return list(seen)
 
     @property
     def finished(self) -> bool:
-        return self.cursor >= len(self._seq) - 1
+        return self.cursor >= self.reads - 1
+
+
+def _key(object_id: int, offset: int) -> int:
+    return (object_id << 44) | offset  # offsets below 16 TiB
 
 
 class PlanRegistry:
@@ -119,6 +151,7 @@ class PlanRegistry:
         self.window_bytes = window_bytes
         self.concurrency = concurrency
         self._plans: dict[str, ReadPlan] = {}
+        self._object_ids: dict[str, int] = {}  # object path -> small int, for read keys
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def bind(self, cache: ChunkCache) -> None:
@@ -138,22 +171,27 @@ class PlanRegistry:
 
     async def create(self, reads: Iterable[PlannedRead]) -> ReadPlan:
         manifests: dict[str, Manifest] = {}
-        sequence: list[str] = []
+        planned: list[tuple[int, int]] = []
+        touched: list[list[int]] = []
+        names: dict[str, int] = {}
         where: dict[str, tuple[Manifest, int]] = {}
         for read in reads:
             manifest = manifests.get(read.path)
             if manifest is None:
                 manifest = manifests[read.path] = (await self.cache.manifest(read.path))[0]
+                self._object_ids.setdefault(read.path, len(self._object_ids))
             stop = min(read.offset + read.length, manifest.size)
             if read.offset >= stop:
                 continue
-            r = ByteRange(read.offset, stop)
-            for s in chunk_slices(r, manifest.size, manifest.chunk_size):
+            chunks = []
+            for s in chunk_slices(ByteRange(read.offset, stop), manifest.size,
+                                  manifest.chunk_size):
                 name = ChunkKey.of(manifest, s.index).name
-                if not sequence or sequence[-1] != name:
-                    sequence.append(name)
+                chunks.append(names.setdefault(name, len(names)))
                 where.setdefault(name, (manifest, s.index))
-        plan = ReadPlan(secrets.token_hex(8), sequence, where)
+            planned.append((self._object_ids[read.path], read.offset))
+            touched.append(chunks)
+        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where)
         self._plans[plan.id] = plan
         self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan))
         return plan
@@ -167,11 +205,13 @@ class PlanRegistry:
     def plans(self) -> list[ReadPlan]:
         return list(self._plans.values())
 
-    def observe(self, plan_id: str, names: Iterable[str]) -> None:
+    def observe(self, plan_id: str, path: str, offsets: Iterable[int]) -> None:
+        """Reads of ``offsets`` in ``path`` that follow plan ``plan_id`` arrived."""
         plan = self._plans.get(plan_id)
-        if plan is not None:
-            for name in names:
-                plan.observe(name)
+        object_id = self._object_ids.get(path)
+        if plan is not None and object_id is not None:
+            for offset in offsets:
+                plan.observe(object_id, offset)
 
     async def delete(self, plan_id: str) -> None:
         self.get(plan_id)
@@ -200,6 +240,8 @@ class PlanRegistry:
                         break
                     if name in attempted or self.cache.is_cached(*plan.where[name]):
                         continue
+                    if not self.cache.worth_prefetching(*plan.where[name]):
+                        break  # needed later than all that is cached: no point yet
                     attempted.add(name)
                     in_flight[asyncio.ensure_future(self._fetch(plan, name))] = name
                 moved: asyncio.Future[object] = asyncio.ensure_future(plan.moved.wait())
@@ -213,10 +255,16 @@ class PlanRegistry:
                 task.cancel()
 
     def _window_chunks(self, plan: ReadPlan) -> int:
+        """Chunks to keep ahead: the window, but when the plan's data does not fit in
+        half the cache, no more than an eighth of it, or prefetched chunks would push
+        out the ones about to be read."""
         if not plan.where:
             return 1
         chunk_size = next(iter(plan.where.values()))[0].chunk_size
-        return max(1, self.window_bytes // chunk_size)
+        capacity = self.cache.capacity_bytes
+        fits = plan.distinct_chunks * chunk_size <= capacity // 2
+        window = min(self.window_bytes, capacity if fits else capacity // 8)
+        return max(1, window // chunk_size)
 
     async def _fetch(self, plan: ReadPlan, name: str) -> None:
         manifest, index = plan.where[name]

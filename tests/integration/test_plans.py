@@ -178,3 +178,38 @@ async def test_a_plan_naming_a_missing_object_is_404(
     spoke = await make_spoke()
     async with http.post(f"{spoke.url}/plans", json={"reads": [["plan/none.bin", 0, 1]]}) as r:
         assert r.status == 404
+
+
+async def read_concurrently(http: aiohttp.ClientSession, spoke: str,
+                            order: list[tuple[str, int]], shards: dict[str, bytes],
+                            plan: str | None, workers: int = 8) -> None:
+    """Like a DataLoader: ``workers`` readers take the next sample of ``order`` in turn."""
+    todo = iter(order)
+
+    async def worker() -> None:
+        for path, offset in todo:
+            headers = {"Range": f"bytes={offset}-{offset + SAMPLE - 1}"}
+            if plan is not None:
+                headers["X-Hubspoke-Plan"] = plan
+            async with http.get(f"{spoke}/objects/{path}", headers=headers) as resp:
+                assert await resp.read() == shards[path][offset:offset + SAMPLE]
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+
+
+async def test_a_plan_keeps_up_with_concurrent_out_of_order_readers(
+    make_spoke: SpokeFactory, shards: dict[str, bytes], http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    orders = [epoch(seed=s) for s in (5, 6, 7)]
+    fetched = {}
+    for mode in ("no plan", "plan"):
+        spoke = await make_spoke(capacity_bytes=16 * CHUNK, plan_window_bytes=CHUNK,
+                                 cache_dir=str(tmp_path / mode))
+        plan = await post_plan(http, spoke.url, orders) if mode == "plan" else None
+        for order in orders:
+            await read_concurrently(http, spoke.url, order, shards, plan)
+        fetched[mode] = (await stats(http, spoke.url))["hub_fetches"]
+    opt = opt_misses([(p, o // CHUNK) for order in orders for p, o in order], capacity=16)
+    assert fetched["plan"] <= 1.15 * opt + 8, (fetched, opt)
+    assert fetched["plan"] < 0.8 * fetched["no plan"], (fetched, opt)
