@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test lint venv clean locust soak bench simulate
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,16 @@ test: lint
 
 demo: venv
 	$(BIN)/python -m loadtest.demo $(ARGS)
+
+# Load tests and benchmarks (bounded in time, all on 127.0.0.1); reports go to reports/.
+locust: venv
+	$(BIN)/python -m loadtest.locust_run --users 20 --spawn-rate 10 --run-time 20s --out reports/locust $(ARGS)
+
+soak: venv
+	$(BIN)/python -m loadtest.soak --minutes 10 --out reports/soak $(ARGS)
+
+simulate: venv
+	$(BIN)/python -m loadtest.simulate $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
