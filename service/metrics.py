@@ -80,6 +80,7 @@ class Series:
     kind: str  # "counter" | "gauge"
     help: str
     read: Callable[[], float]
+    labels: tuple[tuple[str, str], ...] = ()  # constant labels (an info-style gauge)
 
 
 class SeriesCollector(Collector):
@@ -94,6 +95,10 @@ class SeriesCollector(Collector):
             if s.kind == "counter":
                 # prometheus_client appends _total itself; keep the contract's names.
                 yield CounterMetricFamily(s.name.removesuffix("_total"), s.help, value=s.read())
+            elif s.labels:
+                family = GaugeMetricFamily(s.name, s.help, labels=[k for k, _ in s.labels])
+                family.add_metric([v for _, v in s.labels], s.read())
+                yield family
             else:
                 yield GaugeMetricFamily(s.name, s.help, value=s.read())
 

@@ -136,6 +136,8 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
         stats=SpokeStats(),
         max_age_s=config.max_age_s,
         tenant_quota_bytes=config.tenant_quota_bytes,
+        pinned_prefixes=config.pinned_prefixes,
+        pin_fraction=config.pin_fraction,
         retry=RetryPolicy(attempts=config.fetch_attempts, deadline_s=config.fetch_deadline_s),
         breaker=CircuitBreaker(
             failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s

@@ -81,6 +81,8 @@ class ChunkCache:
         stats: SpokeStats | None = None,
         max_age_s: float = 0.0,
         tenant_quota_bytes: int = 0,
+        pinned_prefixes: tuple[str, ...] = (),
+        pin_fraction: float = 0.5,
         retry: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
     ) -> None:
@@ -92,6 +94,12 @@ class ChunkCache:
         self.stats = stats or SpokeStats()
         self.max_age_s = max_age_s
         self.tenant_quota_bytes = tenant_quota_bytes
+        # Chunks under these prefixes stay (out of the policy's reach) while they fit
+        # in pin_fraction of the capacity: a dataset that must not be evicted.
+        self.pinned_prefixes = pinned_prefixes
+        self.pin_fraction = pin_fraction
+        self._pinned: dict[str, int] = {}
+        self._pinned_bytes = 0
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or CircuitBreaker()
         self.retry_counters = RetryCounters()
@@ -129,7 +137,7 @@ class ChunkCache:
         stale += [r.name for r in over]  # the capacity was lowered since the last run
         for row in keep:  # least recently used first, so the policy order survives
             self._resident.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at))
-            self.policy.insert(row.name, row.size)
+            self._track(row.name, row.path, row.size)
         await self._in_db(self._drop_files, stale + orphans, stale)
         await self._in_db(self._drop_stray, stray)
         self._flusher = asyncio.create_task(self._housekeeping_forever())
@@ -445,7 +453,17 @@ class ChunkCache:
     def _drop(self, name: str) -> Resident | None:
         """Forget a chunk as resident (its file is deleted by the caller)."""
         self._fds.discard(name)
+        self._pinned_bytes -= self._pinned.pop(name, 0)
         return self._resident.remove(name)
+
+    @property
+    def chunk_count(self) -> int:
+        """Chunks on disk (pinned ones included)."""
+        return len(self._resident)
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self._pinned_bytes
 
     async def _publish(self, key: ChunkKey, manifest: Manifest, data: bytes, tenant: str) -> None:
         loop = asyncio.get_running_loop()
@@ -455,7 +473,16 @@ class ChunkCache:
                        manifest.digests[key.index], now, now, tenant)
         await self._in_db(self.index.add, row)
         self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
-        self.policy.insert(key.name, len(data))
+        self._track(key.name, key.path, len(data))
+
+    def _track(self, name: str, path: str, size: int) -> None:
+        """Hand a new resident chunk to the policy, unless it is pinned (never evicted)."""
+        pinned = any(path.startswith(prefix) for prefix in self.pinned_prefixes)
+        if pinned and self._pinned_bytes + size <= self.pin_fraction * self.capacity_bytes:
+            self._pinned[name] = size
+            self._pinned_bytes += size
+        else:
+            self.policy.insert(name, size)
 
     def _forget(self, name: str) -> None:
         if self._drop(name) is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from protocol.auth import parse_ttl
 from protocol.errors import ProtocolError
+from protocol.paths import validate_prefix
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
 from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
@@ -37,6 +38,8 @@ class SpokeConfig:
     plan_window_bytes: int = 256 << 20
     max_age_s: float = 0.0
     tenant_quota_bytes: int = 0
+    pinned_prefixes: tuple[str, ...] = ()
+    pin_fraction: float = 0.5
     log_level: str = "info"
     log_format: str = "text"
     access_log: str = "on"
@@ -85,6 +88,10 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     add_flag(p, "--tenant-quota", env=env, default="0", type=size_arg,
              help="bytes one tenant's reads may keep cached (0 = no quota); "
                   "a tenant at its quota evicts its own chunks first")
+    add_flag(p, "--pin", env=env, default="", type=_prefixes,
+             help="comma-separated prefixes whose chunks are never evicted (up to --pin-fraction)")
+    add_flag(p, "--pin-fraction", env=env, default=0.5, type=_fraction,
+             help="most of the capacity pinned prefixes may hold")
     add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
              help="check every cached chunk's digest at start-up and drop bad ones")
     add_logging_flags(p, env)
@@ -153,6 +160,8 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         plan_window_bytes=int(args.plan_window),
         max_age_s=float(args.max_age),
         tenant_quota_bytes=int(args.tenant_quota),
+        pinned_prefixes=tuple(args.pin),
+        pin_fraction=float(args.pin_fraction),
         log_level=args.log_level,
         log_format=args.log_format,
         access_log=args.access_log,
@@ -165,6 +174,24 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         tls_key=args.tls_key or None,
         max_inflight_per_client=int(args.max_inflight_per_client),
     )
+
+
+def _prefixes(text: str) -> tuple[str, ...]:
+    """argparse ``type=`` for ``--pin``: comma-separated object path prefixes."""
+    prefixes = tuple(p.strip() for p in text.split(",") if p.strip())
+    for prefix in prefixes:
+        try:
+            validate_prefix(prefix)
+        except ProtocolError as exc:
+            raise argparse.ArgumentTypeError(f"{prefix!r}: {exc}") from None
+    return prefixes
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a fraction between 0 and 1, not {text}")
+    return value
 
 
 def _age(text: str) -> int:
