@@ -32,6 +32,9 @@ locust: venv
 soak: venv
 	$(BIN)/python -m loadtest.soak --minutes 10 --out reports/soak $(ARGS)
 
+bench: venv
+	$(BIN)/python -m loadtest.bench --out reports/bench $(ARGS)
+
 simulate: venv
 	$(BIN)/python -m loadtest.simulate $(ARGS)
 
