@@ -11,7 +11,7 @@ from protocol.digests import DEFAULT_DIGEST_ALG, digest_algorithms
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
 from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
-from service.tls import add_tls_flags, check_pair
+from service.tls import add_tls_flags, parse_checked
 
 DEFAULT_CHUNK_SIZE = 4 << 20
 
@@ -61,11 +61,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
-    parser = build_parser(env)
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        check_pair(parser, args)
-    return args
+    return parse_checked(build_parser(env), argv)
 
 
 def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, HubConfig]:

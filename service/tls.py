@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from service.cli import add_flag
 
@@ -40,6 +40,14 @@ def client_context(ca_file: str | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file or None)
     context.minimum_version = MIN_VERSION
     return context
+
+
+def parse_checked(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, refusing a ``serve`` given only half a TLS pair."""
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        check_pair(parser, args)
+    return args
 
 
 def check_pair(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ from protocol.paths import validate_prefix
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
 from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
-from service.tls import add_tls_flags, check_pair
+from service.tls import add_tls_flags, parse_checked
 
 POLICIES = ("arc", "lru", "s3fifo")
 
@@ -132,11 +132,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
-    parser = build_parser(env)
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        check_pair(parser, args)
-    return args
+    return parse_checked(build_parser(env), argv)
 
 
 def config_from_args(args: argparse.Namespace) -> SpokeConfig:
