@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC
 from email.utils import formatdate, parsedate_to_datetime
+from functools import lru_cache
 
 from protocol.errors import ProtocolError
 
@@ -24,6 +25,7 @@ class PreconditionFailed(ProtocolError):
 _LAST_HTTP_DATE = 253402300799  # 9999-12-31T23:59:59Z
 
 
+@lru_cache(maxsize=4096)  # one object's Last-Modified is formatted on every read of it
 def http_date(epoch_s: int) -> str:
     """An IMF-fixdate such as ``Sun, 06 Nov 1994 08:49:37 GMT``.
 
