@@ -21,6 +21,7 @@ from spoke.index import ChunkIndex
 from spoke.plan_policy import PlanAwarePolicy
 from spoke.plans import PlanRegistry
 from spoke.policy import make_policy
+from spoke.readahead import SequentialReadahead
 from spoke.resilience import CircuitBreaker, RetryPolicy
 from spoke.scrub import scrub
 from spoke.stats import SpokeStats, read_latency_histograms, stats_series
@@ -36,7 +37,11 @@ def make_app(config: SpokeConfig) -> web.Application:
     # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
     app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
-    limits.install(app, config.max_inflight_per_client)
+    limits.install(
+        app, config.max_inflight_per_client,
+        max_connections_per_client=config.max_connections_per_client,
+        header_timeout_s=config.header_timeout_s,
+    )
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))
@@ -91,6 +96,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     cache, plans = await open_cache(config)
     app[handlers.CACHE] = cache
     app[handlers.PLANS] = plans
+    readahead = SequentialReadahead(cache, config.sequential_readahead_chunks)
+    app[handlers.READAHEAD] = readahead
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(
@@ -100,6 +107,7 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        await readahead.close()
         await plans.close()
         await warm.close()
         await cache.close()

@@ -11,7 +11,12 @@ from protocol.errors import ProtocolError
 from protocol.paths import validate_prefix
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
-from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
+from service.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_INFLIGHT_PER_CLIENT,
+    add_limit_flags,
+)
 from service.tls import add_tls_flags, parse_checked
 
 POLICIES = ("arc", "lru", "s3fifo")
@@ -36,6 +41,7 @@ class SpokeConfig:
     breaker_reset_s: float = 1.0
     verify_on_start: bool = False
     plan_window_bytes: int = 256 << 20
+    sequential_readahead_chunks: int = 8
     max_age_s: float = 0.0
     tenant_quota_bytes: int = 0
     pinned_prefixes: tuple[str, ...] = ()
@@ -51,6 +57,8 @@ class SpokeConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
 
 
 def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -81,6 +89,9 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="consecutive hub failures that open the circuit breaker")
     add_flag(p, "--breaker-reset", env=env, default=1.0, type=float,
              help="seconds the breaker stays open before one probe may go through")
+    add_flag(p, "--seq-readahead", env=env, default=8, type=int,
+             help="chunks fetched ahead of a reader streaming an object range by range "
+                  "(0 = off; size it to bandwidth x RTT)")
     add_flag(p, "--plan-window", env=env, default="256MiB", type=positive(size_arg),
              help="bytes fetched ahead of a loader that registered its read plan")
     add_flag(p, "--max-age", env=env, default="0", type=_age,
@@ -154,6 +165,7 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         breaker_reset_s=float(args.breaker_reset),
         verify_on_start=_flag(args.verify_on_start),
         plan_window_bytes=int(args.plan_window),
+        sequential_readahead_chunks=max(0, int(args.seq_readahead)),
         max_age_s=float(args.max_age),
         tenant_quota_bytes=int(args.tenant_quota),
         pinned_prefixes=tuple(args.pin),
@@ -169,6 +181,8 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         tls_cert=args.tls_cert or None,
         tls_key=args.tls_key or None,
         max_inflight_per_client=int(args.max_inflight_per_client),
+        max_connections_per_client=int(args.max_connections_per_client),
+        header_timeout_s=float(args.header_timeout),
     )
 
 

@@ -24,6 +24,7 @@ from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
 from spoke.plans import MAX_PLAN_READS, PLAN_HEADER, PlannedRead, PlanRegistry, ReadPlan
+from spoke.readahead import SequentialReadahead
 from spoke.reader import RangeReader
 from spoke.stats import stats_snapshot
 from spoke.warm import WarmJobs
@@ -31,6 +32,7 @@ from spoke.warm import WarmJobs
 CACHE = web.AppKey("cache", ChunkCache)
 WARM = web.AppKey("warm", WarmJobs)
 PLANS = web.AppKey("plans", PlanRegistry)
+READAHEAD = web.AppKey("readahead", SequentialReadahead)
 READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -63,6 +65,7 @@ async def _serve(
     reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks, tenant)
     ranges = plan.ranges
     if request.method == "GET" and ranges and plan.status in (200, 206):
+        request.app[READAHEAD].observe(manifest, ranges)
         first = next(chunk_slices(ranges[0], manifest.size, manifest.chunk_size))
         await reader.prime(first.index)
 

@@ -73,6 +73,8 @@ def wan_spoke(make_spoke: SpokeFactory, wan: WanProxy) -> SpokeFactory:
 
     async def make(**overrides: object) -> RunningServer:
         overrides.setdefault("meta_ttl_s", 60.0)
+        # These tests count hub fetches exactly: no read-ahead unless a test asks.
+        overrides.setdefault("sequential_readahead_chunks", 0)
         return await make_spoke(hub_url=f"http://{wan.listen}", **overrides)
 
     return make
