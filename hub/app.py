@@ -13,6 +13,7 @@ from service import auth, limits, logs
 from service.auth import Access, RouteTable
 from service.metrics import make_registry
 from service.problem import Handler, problem_middleware
+from service.routes import add_routes
 
 
 def make_app(config: HubConfig, backend: Backend | None = None) -> web.Application:
@@ -26,7 +27,11 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
 
     app = web.Application(middlewares=[count_requests, problem_middleware])
     logs.install(app)
-    limits.install(app, config.max_inflight_per_client)
+    limits.install(
+        app, config.max_inflight_per_client,
+        max_connections_per_client=config.max_connections_per_client,
+        header_timeout_s=config.header_timeout_s,
+    )
     backend = backend or FilesystemBackend(config.root)
     app[handlers.BACKEND] = backend
     app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg)
@@ -37,12 +42,14 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
     app[handlers.REGISTRY] = make_registry(
         [*stats.series(), *auth.app_series(app, "hub"), *limits.app_series(app, "hub")]
     )
-    app.router.add_get("/objects/{path:.+}", handlers.get_object)  # GET also routes HEAD
-    app.router.add_get("/manifest/{path:.+}", handlers.get_manifest)
-    app.router.add_get("/list/{prefix:.*}", handlers.get_list)
-    app.router.add_get("/list", handlers.get_list)
-    app.router.add_get("/healthz", handlers.healthz)
-    app.router.add_get("/metrics", handlers.metrics)
+    add_routes(app, [
+        ("GET", "/objects/{path:.+}", handlers.get_object),
+        ("GET", "/manifest/{path:.+}", handlers.get_manifest),
+        ("GET", "/list/{prefix:.*}", handlers.get_list),
+        ("GET", "/list", handlers.get_list),
+        ("GET", "/healthz", handlers.healthz),
+        ("GET", "/metrics", handlers.metrics),
+    ])
     return app
 
 

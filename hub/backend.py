@@ -99,7 +99,7 @@ class FilesystemBackend:
         real = self.resolve(path)
         try:
             st = os.stat(real)
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:  # missing, a symlink loop, a name too long: no object either way
             raise ObjectNotFound(f"no object {path!r}") from None
         return self._info(path, st)
 
@@ -108,7 +108,7 @@ class FilesystemBackend:
         try:
             # O_NONBLOCK: opening a FIFO would otherwise block until a writer appears.
             fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        except OSError:  # missing, a directory, a symlink loop: no object either way
             raise ObjectNotFound(f"no object {path!r}") from None
         try:
             # fstat on the open fd: the etag describes exactly the bytes we will read.
@@ -127,6 +127,11 @@ class FilesystemBackend:
         validate_prefix(prefix)
         directory, _, _ = prefix.rpartition("/")
         start = os.path.join(self.root, directory) if directory else self.root
+        real_start = os.path.realpath(start)
+        # os.walk(followlinks=False) still follows a symlink given as its top: refuse
+        # to walk anything outside the root.
+        if os.path.commonpath([self.root, real_start]) != self.root:
+            return []
         found: list[ObjectInfo] = []
         for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
             dirnames.sort()
@@ -141,8 +146,8 @@ class FilesystemBackend:
         rel = os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
         try:
             return self.stat(rel)
-        except ProtocolError:
-            return None  # unsafe names, dangling or escaping symlinks are not objects
+        except (ProtocolError, OSError):
+            return None  # unsafe names, dangling, looping or escaping symlinks are not objects
 
     @staticmethod
     def _info(path: str, st: os.stat_result) -> ObjectInfo:

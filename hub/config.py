@@ -10,7 +10,12 @@ from hub.token_cli import add_token_flags
 from protocol.digests import DEFAULT_DIGEST_ALG, digest_algorithms
 from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
-from service.limits import DEFAULT_MAX_INFLIGHT_PER_CLIENT, add_limit_flags
+from service.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_INFLIGHT_PER_CLIENT,
+    add_limit_flags,
+)
 from service.tls import add_tls_flags, parse_checked
 
 DEFAULT_CHUNK_SIZE = 4 << 20
@@ -32,6 +37,8 @@ class HubConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -86,4 +93,6 @@ def config_from_args(args: argparse.Namespace) -> HubConfig:
         tls_cert=args.tls_cert or None,
         tls_key=args.tls_key or None,
         max_inflight_per_client=int(args.max_inflight_per_client),
+        max_connections_per_client=int(args.max_connections_per_client),
+        header_timeout_s=float(args.header_timeout),
     )

@@ -1,19 +1,36 @@
-"""Per-client limits: a cap on requests in flight from one client address.
+"""Per-client limits: requests in flight, open connections, and a header-read timeout.
 
-One client (a loader gone wrong, or a hostile one) must not take every handler slot
-from the others. Requests over the cap get ``429`` problem+json with ``Retry-After``
-and are counted in ``/metrics``. The address is the TCP peer's: headers such as
-``X-Forwarded-For`` are the client's own words and are not trusted.
+One client (a loader gone wrong, or a hostile one) must not take every handler slot,
+socket or file descriptor from the others.
+
+- Requests in flight (``--max-inflight-per-client``): an aiohttp middleware; requests
+  over the cap get ``429`` problem+json with ``Retry-After``.
+- Open connections (``--max-connections-per-client``): connections over the cap are
+  closed right after accept, before a byte is read.
+- Header timeout (``--header-timeout``, against slowloris): a connection must deliver
+  a request's complete headers within that many seconds, counted from accept, or on a
+  kept-alive connection from the first byte of the next request; else it is closed.
+  An idle kept-alive connection is aiohttp's ``keepalive_timeout``'s business.
+
+The last two live in the connection protocol (:class:`LimitedRequestHandler`), which
+:func:`make_runner` puts under the app. Every refusal is counted in ``/metrics``. The
+address is the TCP peer's: headers such as ``X-Forwarded-For`` are the client's own
+words and are not trusted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestHandler
 
 from service import logs
 from service.cli import add_flag
@@ -24,6 +41,13 @@ from service.problem import Handler, problem_response
 # connections to its hub; a host of 64 loader workers a few requests each), low
 # enough that one client cannot tie up a server's memory and file descriptors.
 DEFAULT_MAX_INFLIGHT_PER_CLIENT = 1024
+# A host of loader workers each with a client pool (aiohttp's default: 100) fits;
+# one address holding thousands of sockets does not.
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256
+# A real client sends its headers in one go, a slow link within a few RTTs.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,6 +74,10 @@ class InflightLimit:
             self._inflight[client] = left
         else:
             del self._inflight[client]  # keep the map as small as the set of active clients
+
+    def in_flight(self) -> int:
+        """Requests in flight now, from all clients."""
+        return sum(self._inflight.values())
 
     def series(self, prefix: str) -> list[Series]:
         return [
@@ -82,11 +110,175 @@ def middleware(limit: InflightLimit) -> Middleware:
     return limit_inflight
 
 
-def install(app: web.Application, max_inflight_per_client: int) -> None:
-    """Cap requests in flight per client on ``app`` (0: no cap).
+@dataclass
+class ConnectionLimits:
+    """Open connections per client address, and the header-read timeout (0: off)."""
 
-    Goes right after the access log, so refusals are logged and cost nothing more.
+    max_per_client: int
+    header_timeout_s: float
+    refused: int = 0
+    header_timeouts: int = 0
+    _open: dict[str, int] = field(default_factory=dict)
+    _open_total: int = 0
+
+    def open(self, client: str) -> bool:
+        """Count a new connection from ``client``; False (and counted) when over the cap."""
+        current = self._open.get(client, 0)
+        if self.max_per_client > 0 and current >= self.max_per_client:
+            self.refused += 1
+            return False
+        self._open[client] = current + 1
+        self._open_total += 1
+        return True
+
+    def close(self, client: str) -> None:
+        """A connection counted by :meth:`open` is gone."""
+        left = self._open[client] - 1
+        if left:
+            self._open[client] = left
+        else:
+            del self._open[client]
+        self._open_total -= 1
+
+    def series(self, prefix: str) -> list[Series]:
+        return [
+            Series(f"{prefix}_limit_connections_refused_total", "counter",
+                   "connections closed at accept: too many open from one client address",
+                   lambda: self.refused),
+            Series(f"{prefix}_limit_connections_open", "gauge",
+                   "client connections open", lambda: self._open_total),
+            Series(f"{prefix}_limit_header_timeouts_total", "counter",
+                   "connections closed: request headers not complete within --header-timeout",
+                   lambda: self.header_timeouts),
+        ]
+
+
+CONNECTIONS = web.AppKey("connection_limits", ConnectionLimits)
+
+
+class LimitedRequestHandler(RequestHandler):
+    """aiohttp's connection protocol, plus the per-client connection cap and header timeout.
+
+    Reads three private attributes of ``RequestHandler`` (``_request_count``, ``_messages``,
+    ``_upgraded``; checked against aiohttp 3.14) because aiohttp has no public hook for
+    "a request's headers are parsed"; tests/security/test_limits.py pins the behaviour.
     """
+
+    __slots__ = ("_client", "_header_timer", "_last_payload", "_limits")
+
+    def __init__(self, manager: web.Server, limits: ConnectionLimits, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._limits = limits
+        self._client: str | None = None  # set while the connection is counted
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._last_payload: StreamReader | None = None  # body of the newest request
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple | list) and peer else "-"
+        if not self._limits.open(client):
+            transport.close()  # before aiohttp sees it: nothing read, nothing registered
+            return
+        self._client = client
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        if self._client is None:
+            return  # refused at accept
+        self._limits.close(self._client)
+        self._client = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        parsed = self._request_count
+        super().data_received(data)
+        if self.transport is None or not data or self._limits.header_timeout_s <= 0:
+            return
+        if self._request_count != parsed:  # a request's headers are complete
+            self._disarm()
+            self._last_payload = self._messages[-1][1] if self._messages else None
+            if self._last_payload is EMPTY_PAYLOAD and not data.endswith(b"\r\n\r\n"):
+                self._arm()  # the start of the next request came in the same read
+        elif not self._upgraded and (
+            self._last_payload is None or self._last_payload.is_eof()
+        ):
+            self._arm()  # not body bytes: the start (or more) of a request's headers
+
+    def _arm(self) -> None:
+        if self._header_timer is None and self._limits.header_timeout_s > 0:
+            self._header_timer = self._loop.call_later(
+                self._limits.header_timeout_s, self._headers_timed_out
+            )
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_timed_out(self) -> None:
+        self._header_timer = None
+        if self.transport is None:
+            return
+        if self._messages:  # complete requests wait for the server: not the client's delay
+            self._arm()
+            return
+        self._limits.header_timeouts += 1
+        logger.debug("closing a connection from %s: no complete request headers in %.3g s",
+                     self._client, self._limits.header_timeout_s)
+        self.force_close()
+
+
+class _LimitedServer(web.Server):
+    """The app's low-level server, making :class:`LimitedRequestHandler` connections."""
+
+    def __init__(self, plain: web.Server, limits: ConnectionLimits) -> None:
+        super().__init__(
+            plain.request_handler, request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation, loop=plain._loop, **plain._kwargs,
+        )
+        self._limits = limits
+
+    def __call__(self) -> RequestHandler:
+        return LimitedRequestHandler(self, self._limits, loop=self._loop, **self._kwargs)
+
+
+class _LimitedAppRunner(web.AppRunner):
+    __slots__ = ("_limits",)
+
+    def __init__(self, app: web.Application, limits: ConnectionLimits, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._limits = limits
+
+    async def _make_server(self) -> web.Server:
+        return _LimitedServer(await super()._make_server(), self._limits)
+
+
+def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+    """``web.AppRunner(app, **kwargs)``, enforcing the connection limits installed on ``app``."""
+    limits = app.get(CONNECTIONS)
+    if limits is None:
+        return web.AppRunner(app, **kwargs)
+    return _LimitedAppRunner(app, limits, **kwargs)
+
+
+def install(
+    app: web.Application,
+    max_inflight_per_client: int,
+    *,
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+) -> None:
+    """Put the per-client limits on ``app`` (each 0: off).
+
+    The in-flight cap goes right after the access log, so refusals are logged and cost
+    nothing more; the connection limits take effect through :func:`make_runner`.
+    """
+    if max_connections_per_client > 0 or header_timeout_s > 0:
+        app[CONNECTIONS] = ConnectionLimits(
+            max(0, max_connections_per_client), max(0.0, header_timeout_s)
+        )
     if max_inflight_per_client <= 0:
         return
     limit = InflightLimit(max_inflight_per_client)
@@ -98,11 +290,19 @@ def install(app: web.Application, max_inflight_per_client: int) -> None:
 
 def app_series(app: web.Application, prefix: str) -> list[Series]:
     """The ``/metrics`` series of ``app``'s limits; none when they are off."""
-    limit = app.get(LIMIT)
-    return limit.series(prefix) if limit is not None else []
+    limit, connections = app.get(LIMIT), app.get(CONNECTIONS)
+    return [*(limit.series(prefix) if limit is not None else []),
+            *(connections.series(prefix) if connections is not None else [])]
 
 
 def add_limit_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     add_flag(parser, "--max-inflight-per-client", env=env, type=int,
              default=DEFAULT_MAX_INFLIGHT_PER_CLIENT,
              help="requests in flight from one client address before 429 (0: no cap)")
+    add_flag(parser, "--max-connections-per-client", env=env, type=int,
+             default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+             help="open connections from one client address; more are closed at accept "
+                  "(0: no cap)")
+    add_flag(parser, "--header-timeout", env=env, type=float, default=DEFAULT_HEADER_TIMEOUT_S,
+             help="seconds a connection has to send a request's complete headers, against "
+                  "slowloris (0: no timeout)")

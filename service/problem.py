@@ -13,7 +13,9 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from protocol.errors import ProtocolError, RangeNotSatisfiable
 from protocol.ranges import unsatisfied_content_range
@@ -45,6 +47,19 @@ def error_headers(exc: ProtocolError) -> dict[str, str]:
     return headers
 
 
+async def expect_handler(request: web.Request) -> None:
+    """``Expect:`` handling for every route: aiohttp's default echoes the header into
+    a plain-text 417, and fails with a 500 when that value is not valid UTF-8."""
+    expect = request.headers.get("Expect", "")
+    if request.version != HttpVersion11:
+        return
+    if expect.lower() == "100-continue":
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the 100 is not part of the answer's body
+        return
+    raise web.HTTPExpectationFailed(text="only Expect: 100-continue is supported")
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -58,6 +73,11 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         return problem_response(exc.status, exc.reason, exc.text or exc.reason, headers)
     except (ConnectionResetError, asyncio.CancelledError):
         raise
+    except (HttpProcessingError, RequestPayloadError) as exc:
+        # A body that does not decode as its Content-Encoding says, or is cut short.
+        code = getattr(exc, "code", 400)
+        status = code if isinstance(code, int) and 400 <= code < 500 else 400
+        return problem_response(status, "Bad Request", f"unreadable request body: {exc}"[:300])
     except Exception:
         logger.exception("unhandled error serving %s %s", request.method, request.path)
         return problem_response(500, "Internal Server Error", "unexpected server error")

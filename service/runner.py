@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from protocol.ranges import MAX_RANGE_HEADER_BYTES
+from service import limits
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ async def start_site(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
 ) -> tuple[web.AppRunner, int]:
     """Start serving ``app`` (HTTPS with ``ssl_context``); returns the runner and the bound port."""
-    runner = web.AppRunner(
+    runner = limits.make_runner(
         app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         max_field_size=MAX_HEADER_FIELD_BYTES,
     )

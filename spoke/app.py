@@ -12,6 +12,7 @@ from service import auth, limits, logs
 from service.auth import Access, RouteTable
 from service.metrics import make_registry
 from service.problem import problem_middleware
+from service.routes import add_routes
 from service.tls import client_context
 from spoke import handlers
 from spoke.cache import ChunkCache
@@ -48,21 +49,23 @@ def make_app(config: SpokeConfig) -> web.Application:
     app[handlers.CONFIG] = config
     app[handlers.READ_LATENCY] = read_latency_histograms()
     app.cleanup_ctx.append(_cache_context)
-    app.router.add_get("/objects/{path:.+}", handlers.get_object)
-    app.router.add_get("/list/{prefix:.*}", handlers.get_list)
-    app.router.add_get("/list", handlers.get_list)
-    app.router.add_get("/stats", handlers.get_stats)
-    app.router.add_delete("/cache/{path:.+}", handlers.delete_cache)
-    app.router.add_post("/plans", handlers.create_plan)
-    app.router.add_get("/plans", handlers.list_plans)
-    app.router.add_get("/plans/{id}", handlers.get_plan)
-    app.router.add_delete("/plans/{id}", handlers.delete_plan)
-    app.router.add_post("/warm", handlers.start_warm)
-    app.router.add_get("/warm", handlers.list_warm)
-    app.router.add_get("/warm/{id}", handlers.get_warm)
-    app.router.add_delete("/warm/{id}", handlers.cancel_warm)
-    app.router.add_get("/healthz", handlers.healthz)
-    app.router.add_get("/metrics", handlers.metrics)
+    add_routes(app, [
+        ("GET", "/objects/{path:.+}", handlers.get_object),
+        ("GET", "/list/{prefix:.*}", handlers.get_list),
+        ("GET", "/list", handlers.get_list),
+        ("GET", "/stats", handlers.get_stats),
+        ("DELETE", "/cache/{path:.+}", handlers.delete_cache),
+        ("POST", "/plans", handlers.create_plan),
+        ("GET", "/plans", handlers.list_plans),
+        ("GET", "/plans/{id}", handlers.get_plan),
+        ("DELETE", "/plans/{id}", handlers.delete_plan),
+        ("POST", "/warm", handlers.start_warm),
+        ("GET", "/warm", handlers.list_warm),
+        ("GET", "/warm/{id}", handlers.get_warm),
+        ("DELETE", "/warm/{id}", handlers.cancel_warm),
+        ("GET", "/healthz", handlers.healthz),
+        ("GET", "/metrics", handlers.metrics),
+    ])
     return app
 
 

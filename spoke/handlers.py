@@ -210,8 +210,8 @@ async def _json_object(request: web.Request) -> dict[str, object]:
         return body
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestBody(f"request body is not JSON: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadRequestBody(f"request body is not JSON: {str(exc)[:200]}") from None
     if not isinstance(body, dict):
         raise BadRequestBody("request body must be a JSON object")
     return body
