@@ -918,11 +918,6 @@ async def test_expect_header_with_invalid_utf8_is_a_4xx_not_a_500(target: Target
         assert ex.statuses and all(400 <= s < 500 for s in ex.statuses), (path, ex.statuses)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A path no route matches (404/405) gets aiohttp's default Expect handler, which runs "
-    "before any middleware and cannot encode an invalid-UTF-8 Expect value: 500. Our routes "
-    "have their own handler (service/problem.expect_handler); unmatched ones need aiohttp's "
-    "Application._handle to take a default, or a catch-all route that keeps 405 + Allow."))
 async def test_expect_header_with_invalid_utf8_on_an_unrouted_path(target: Target) -> None:
     ex = await exchange(target.port, request(
         b"/no-such-route", method=b"POST", headers=b"Expect: 100-continue, \xff\r\n"))
