@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -350,7 +351,7 @@ class ChunkCache:
         try:
             await self._in_db(self._drop_files, victims, victims)
             if reserved:
-                await self._publish(key, manifest, data, tenant)
+                await self._publish_or_skip(key, manifest, data, tenant)
             else:
                 self.stats.uncached_fills += 1
             return data
@@ -464,6 +465,16 @@ class ChunkCache:
     @property
     def pinned_bytes(self) -> int:
         return self._pinned_bytes
+
+    async def _publish_or_skip(
+        self, key: ChunkKey, manifest: Manifest, data: bytes, tenant: str
+    ) -> None:
+        """Store the chunk; if the disk refuses (full, read-only), serve it uncached."""
+        try:
+            await self._publish(key, manifest, data, tenant)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("cannot store chunk %s of %s: %s", key.index, key.path, exc)
+            self.stats.uncached_fills += 1
 
     async def _publish(self, key: ChunkKey, manifest: Manifest, data: bytes, tenant: str) -> None:
         loop = asyncio.get_running_loop()

@@ -34,3 +34,25 @@ async def test_failed_fills_evict_nothing(
         status, x_cache, body = await read(i)
         assert (status, x_cache) == (206, "HIT")
         assert body == files["ds/big.bin"][i * CHUNK:i * CHUNK + 100]
+
+
+async def test_a_disk_that_refuses_writes_still_serves_the_bytes(
+    make_spoke: SpokeFactory, dataset: tuple[Path, dict[str, bytes]], http: aiohttp.ClientSession
+) -> None:
+    import errno
+
+    from spoke.handlers import CACHE
+
+    _, files = dataset
+    spoke = await make_spoke()
+    store = spoke.app[CACHE].store
+
+    def full(name: str, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+    store.write = full  # type: ignore[method-assign]
+    async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
+        assert resp.status == 200 and await resp.read() == files["ds/partial.bin"]
+    async with http.get(f"{spoke.url}/stats") as resp:
+        stats = await resp.json()
+    assert (stats["uncached_fills"], stats["used_bytes"], stats["cached_chunks"]) == (6, 0, 0)
