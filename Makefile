@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo test lint venv clean locust soak bench simulate
+.PHONY: demo test lint venv tools clean locust soak bench simulate
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,11 +15,21 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# System tools the tests drive: docker-compose (validates docker-compose.yml),
+# nginx and wrk (the benchmark's smoke test). Installed with apt when missing.
+SYSTEM_TOOLS = docker-compose nginx wrk
+tools:
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+test: tools lint
 	$(BIN)/python -m pytest -q
 
 demo: venv

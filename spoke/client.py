@@ -25,8 +25,6 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
@@ -34,6 +32,7 @@ import aiohttp
 import msgpack
 from yarl import URL
 
+from protocol.conditional import parse_http_date
 from protocol.errors import BadPath
 from protocol.headers import PLAN_HEADER
 from protocol.multipart import BadMultipart, parse_byteranges
@@ -373,14 +372,9 @@ def _retry_delay(header: str | None, attempt: int) -> float:
         value = header.strip()
         if value.isascii() and value.isdigit():
             return float(value)
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            pass
-        else:
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            return max(0.0, when.timestamp() - time.time())
+        when = parse_http_date(value)
+        if when is not None:
+            return max(0.0, when - time.time())
     return float(min(_BACKOFF_BASE_S * 2**attempt, _BACKOFF_MAX_S))
 
 
@@ -512,19 +506,13 @@ def _stat_from_headers(path: str, response: aiohttp.ClientResponse) -> ObjectSta
             f"HEAD {path!r}: answer lacks Content-Length or ETag", path=path,
             status=response.status,
         )
-    return ObjectStat(path, int(length), etag, _http_date(response.headers.get("Last-Modified")))
+    return ObjectStat(path, int(length), etag, _last_modified(response))
 
 
-def _http_date(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+def _last_modified(response: aiohttp.ClientResponse) -> float | None:
+    value = response.headers.get("Last-Modified")
+    when = None if value is None else parse_http_date(value)
+    return None if when is None else float(when)
 
 
 def _listing(body: bytes, prefix: str) -> list[ObjectStat]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from protocol.manifest import Manifest
 
 
+@lru_cache(maxsize=65536)  # asked for every chunk of every read: hash each version once
 def version_id(path: str, etag: str, chunk_size: int) -> str:
     """A filesystem-safe name for one object version at one chunk size."""
     ident = f"{path}\0{etag}\0{chunk_size}".encode()

@@ -321,8 +321,7 @@ def test_healthcheck_command_passes_and_fails(
 
 def test_docker_compose_config_is_valid() -> None:
     binary = shutil.which("docker-compose")
-    if binary is None:
-        pytest.skip("docker-compose is not installed")
+    assert binary is not None, "docker-compose comes with `make test` (the Makefile's tools)"
     run = subprocess.run([binary, "-f", str(COMPOSE_FILE), "config", "-q"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 0, run.stderr

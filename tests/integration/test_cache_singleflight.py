@@ -76,18 +76,13 @@ async def warm_manifest(http: aiohttp.ClientSession, spoke_url: str, path: str) 
         assert resp.status == 200
 
 
-def drain(gated: GatedBackend) -> None:
-    while gated.waiting.acquire(blocking=False):
-        pass
-
-
 async def hub_holds_a_read(gated: GatedBackend) -> None:
     assert await asyncio.to_thread(gated.waiting.acquire, True, WAIT_S), "no read reached the hub"
 
 
 async def held(gated: GatedBackend, line_up: Callable[[], Awaitable[None]]) -> None:
     """Close the gate, run ``line_up`` (which starts readers and waits for them), open it."""
-    drain(gated)
+    gated.drain()
     gated.gate.clear()
     try:
         await line_up()

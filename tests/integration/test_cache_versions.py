@@ -104,8 +104,7 @@ async def test_a_change_in_the_middle_of_a_response_never_splices_versions(
     async with http.head(url) as resp:  # hub hashes and spoke learns the old version
         assert resp.status == 200
         old_etag = resp.headers["ETag"]
-    while gated.waiting.acquire(blocking=False):
-        pass
+    gated.drain()
 
     async def get_whole() -> tuple[int, str, bytes, bool]:
         """(status, content type, body received, whether the body was cut short)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,11 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("wrk") is None,
-                       reason="nginx and wrk are needed (apt-get install -y nginx wrk)"),
-]
+# nginx and wrk come with `make test` (the Makefile's `tools` target).
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

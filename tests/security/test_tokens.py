@@ -294,8 +294,6 @@ def test_prefix_checks_raise_only_typed_errors(prefix: str, path: str) -> None:
         claims = verify(token_for(prefix), [KEY], NOW)
     except ProtocolError:
         return
-    try:
+    with contextlib.suppress(Forbidden):  # allowed or forbidden, but nothing else
         authorize(claims, path)
         authorize_listing(claims, path)
-    except Forbidden:
-        pass

@@ -74,6 +74,11 @@ class GatedBackend:
         self.fail_reads = False
         self.corrupt = False
 
+    def drain(self) -> None:
+        """Forget the reads counted so far, so ``waiting`` counts only the next ones."""
+        while self.waiting.acquire(blocking=False):
+            pass
+
     def stat(self, path: str) -> ObjectInfo:
         return self.inner.stat(path)
 
