@@ -19,7 +19,7 @@ from service.limits import (
 )
 from service.tls import add_tls_flags, parse_checked
 
-POLICIES = ("arc", "lru", "s3fifo")
+POLICIES = ("arc", "lru", "s3fifo", "wtinylfu")
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ class PlanAwarePolicy(Generic[K]):
         self._planned: dict[K, int] = {}  # resident keys under Belady's rule -> size
         self._planned_bytes = 0
         self._sizes: dict[K, int] = {}  # every resident key -> size
+        self._bytes = 0  # sum of _sizes, kept as it changes (the simulator reads it per step)
         self._heap: list[tuple[float, int, K]] = []  # (-distance, tiebreak, key), lazy
         self._counter = 0
         self.refused = 0  # admissions declined because residents are needed sooner
@@ -55,7 +56,7 @@ class PlanAwarePolicy(Generic[K]):
 
     @property
     def resident_bytes(self) -> int:
-        return sum(self._sizes.values())
+        return self._bytes
 
     def admit(self, key: K) -> None:
         self.base.admit(key)
@@ -70,12 +71,13 @@ class PlanAwarePolicy(Generic[K]):
         if victim is None:
             victim = self._evict_planned(incoming)
         if victim is not None:
-            del self._sizes[victim]
+            self._bytes -= self._sizes.pop(victim)
         return victim
 
     def insert(self, key: K, size: int) -> None:
         self.remove(key)
         self._sizes[key] = size
+        self._bytes += size
         distance = self._next_use(key)
         if math.isinf(distance):
             self.base.insert(key, size)
@@ -89,8 +91,10 @@ class PlanAwarePolicy(Generic[K]):
             self.base.touch(key)
 
     def remove(self, key: K) -> None:
-        if self._sizes.pop(key, None) is None:
+        old = self._sizes.pop(key, None)
+        if old is None:
             return
+        self._bytes -= old
         size = self._planned.pop(key, None)
         if size is None:
             self.base.remove(key)

@@ -94,7 +94,7 @@ class DiskTally:
         store.delete = tallied_delete
 
 
-@pytest.mark.parametrize("policy", ["lru", "arc", "s3fifo"])
+@pytest.mark.parametrize("policy", ["lru", "arc", "s3fifo", "wtinylfu"])
 async def test_bytes_on_disk_never_exceed_capacity(
     policy: str, make_spoke: SpokeFactory, dataset: Dataset, http: aiohttp.ClientSession,
     tmp_path: Path,

@@ -30,22 +30,26 @@ from loadtest.simulate import (
     next_uses,
     opt,
     policy_factories,
+    run_case,
     run_scenarios,
+    scan_summary,
     scenarios,
     shuffled_epochs,
     simulate,
     table,
+    training_share_of_opt,
     with_scan,
     zipf_objects,
 )
 from spoke.policy import POLICY_NAMES, ARCPolicy, LRUPolicy, S3FIFOPolicy
+from spoke.tinylfu import WTinyLFUPolicy
 
 POLICIES = policy_factories()
 
 
 @pytest.fixture(scope="module")
 def quick_rows() -> list[Row]:
-    """Every quick scenario at every capacity, OPT and each policy (about a second)."""
+    """Every quick scenario at every capacity, OPT and each policy (a few seconds)."""
     return run_scenarios(scenarios(quick=True))
 
 
@@ -171,7 +175,7 @@ def test_lru_on_shuffled_epochs_follows_the_analytic_steady_state(fraction: floa
     assert lru_shuffle_hit_ratio(0.5) == pytest.approx(0.1534, abs=1e-4)
 
 
-def test_arc_and_s3fifo_keep_a_working_set_through_a_scan_lru_does_not() -> None:
+def test_scan_resistant_policies_keep_a_working_set_through_a_scan_lru_does_not() -> None:
     trace = hot_set_with_scan(60, 30, seed=5)
     hot = {
         name: simulate(factory, trace, 90 * CHUNK).jobs["hot"].hit_ratio
@@ -179,17 +183,20 @@ def test_arc_and_s3fifo_keep_a_working_set_through_a_scan_lru_does_not() -> None
     }
     hot["opt"] = opt(trace, 90 * CHUNK).jobs["hot"].hit_ratio
     assert hot["lru"] < 0.5
-    for name in ("arc", "s3fifo"):
+    for name in ("arc", "s3fifo", "wtinylfu"):
         assert hot[name] > 0.85
         assert hot[name] > hot["lru"] + 0.3
     assert hot["opt"] >= max(hot.values())
 
 
-def test_arc_and_s3fifo_beat_lru_for_training_beside_a_scan(quick_rows: list[Row]) -> None:
+def test_scan_resistant_policies_beat_lru_for_training_beside_a_scan(
+    quick_rows: list[Row],
+) -> None:
     for fraction in (0.5, 0.9, 1.1):
         policies = cases(quick_rows)[("b", fraction)]
         train = {name: by_job(row.result)["train"].hit_ratio for name, row in policies.items()}
-        assert train["arc"] > train["lru"] and train["s3fifo"] > train["lru"], fraction
+        for name in ("arc", "s3fifo", "wtinylfu"):
+            assert train[name] > train["lru"], (name, fraction)
         assert train["opt"] == pytest.approx(min(fraction, 1.0), abs=0.02)
         assert by_job(policies["lru"].result)["scan"].hits == 0
 
@@ -295,7 +302,12 @@ def test_simulate_counts_requests_bytes_jobs_and_warmup() -> None:
 
 def test_policies_are_the_projects_own() -> None:
     built = {name: type(factory(100)) for name, factory in POLICIES.items()}
-    assert built == {"arc": ARCPolicy, "lru": LRUPolicy, "s3fifo": S3FIFOPolicy}
+    assert built == {
+        "arc": ARCPolicy,
+        "lru": LRUPolicy,
+        "s3fifo": S3FIFOPolicy,
+        "wtinylfu": WTinyLFUPolicy,
+    }
 
 
 def test_shuffled_epochs_reads_every_chunk_once_per_epoch() -> None:
@@ -386,7 +398,7 @@ def test_same_seed_same_results_with_any_number_of_workers(quick_rows: list[Row]
 def test_table_lists_every_row_then_the_traces(quick_rows: list[Row]) -> None:
     text = table(quick_rows)
     assert text.startswith("| trace | cache | policy | hit % (req) | hit % (bytes) |")
-    assert text.count("| opt |") == 15 and text.count("| s3fifo |") == 15
+    assert text.count("| opt |") == 15 and text.count("| wtinylfu |") == 15
     assert "| a | 50 % | opt | 50.0 | 50.0 | 100 | 100 | 50.0 |  |" in text
     assert "| b | 50 % | opt | 25.0 | 25.0 | 100 | 100 | 50.0 | scan 0.0, train 50.0 |" in text
     assert "\n- d 1.0: Zipf 1.0 over 500 objects" in text
@@ -417,9 +429,56 @@ def test_plan_aware_eviction_reaches_opt_for_planned_jobs(kind: str, fraction: f
     """The target of the policy issue: shuffled epochs with a plan >= 0.95 x OPT."""
     scenario = next(s for s in simulate_module.scenarios(quick=True) if s.kind == kind)
     rows = [r for r in simulate_module.run_case(scenario, fraction) if r.policy.endswith("+plan")]
-    assert {r.policy for r in rows} == {"arc+plan", "lru+plan", "s3fifo+plan"}
+    assert {r.policy for r in rows} == {f"{name}+plan" for name in POLICY_NAMES}
     for row in rows:
         train = simulate_module.by_job(row.result).get("train", row.result)
         train_opt = simulate_module.by_job(row.optimum).get("train", row.optimum)
         assert train.hit_ratio >= 0.95 * train_opt.hit_ratio, row.policy
         assert row.result.hit_ratio > 0.9 * row.optimum.hit_ratio
+
+
+# --- the policy issue's target A: training beside a scan, no plan ----------------------
+
+TARGET_A = Scenario(
+    "b",
+    "(a)'s job interleaved 1:1 with a one-pass scan, 10 epochs as in the full report",
+    "scan",
+    (("n_chunks", 1_000), ("epochs", 10), ("seed", 2)),
+    (1.1,),
+)
+
+
+@pytest.fixture(scope="module")
+def target_a_rows() -> dict[str, Row]:
+    """OPT and every policy, with and without a plan, at 110 % (about a second)."""
+    return {row.policy: row for row in run_case(TARGET_A, 1.1)}
+
+
+def test_target_a_wtinylfu_reaches_nine_tenths_of_opt_beside_a_scan(
+    target_a_rows: dict[str, Row],
+) -> None:
+    """Shuffled epochs + a concurrent one-pass scan, no plan, cache 110 % of the training
+    data: the training job's hit ratio over epochs 2-10 is >= 0.9 x OPT's."""
+    share = {name: training_share_of_opt(row) for name, row in target_a_rows.items()}
+    assert by_job(target_a_rows["opt"].result)["train"].hit_ratio == 1.0
+    assert share["wtinylfu"] >= 0.9, share
+    # The other policies stay below it: the target needed the new one.
+    assert max(share[name] for name in ("lru", "arc", "s3fifo")) < 0.9, share
+
+
+def test_target_a_wtinylfu_settles_after_one_epoch(target_a_rows: dict[str, Row]) -> None:
+    """Epoch 2 cannot tell a training chunk not yet re-read from a scan chunk (both seen
+    once); from epoch 3 on every training chunk is a hit."""
+    epochs = target_a_rows["wtinylfu"].result.jobs
+    assert epochs["train@2"].hit_ratio < 0.6
+    assert all(epochs[f"train@{epoch}"].hit_ratio == 1.0 for epoch in range(3, 11))
+
+
+def test_scan_summary_lists_each_policy_without_a_plan(quick_rows: list[Row]) -> None:
+    text = scan_summary(quick_rows)
+    assert "| policy | 25 % | 50 % | 90 % | 110 % |" in text
+    lines = [line for line in text.splitlines() if line.startswith("| ") and "policy" not in line]
+    assert [line.split(" | ")[0][2:] for line in lines] == list(POLICY_NAMES)
+    optimum = cases(quick_rows)[("b", 0.5)]["opt"]
+    assert training_share_of_opt(optimum) == 1.0
+    assert scan_summary([row for row in quick_rows if row.scenario.kind != "scan"]) == ""

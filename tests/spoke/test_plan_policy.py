@@ -76,7 +76,7 @@ def test_without_plans_it_is_the_base_policy() -> None:
 
 
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 0.9])
-@pytest.mark.parametrize("base", ["lru", "arc", "s3fifo"])
+@pytest.mark.parametrize("base", ["lru", "arc", "s3fifo", "wtinylfu"])
 def test_with_the_plan_shuffled_epochs_reach_opt(fraction: float, base: str) -> None:
     keys, epochs = 400, 4
     trace = shuffled_epochs(keys, epochs, seed=7)

@@ -16,6 +16,7 @@ from spoke.policy import (
     S3FIFOPolicy,
     make_policy,
 )
+from spoke.tinylfu import FrequencySketch, WTinyLFUPolicy
 
 CHUNK = 100  # bytes; small numbers keep the hand-computed expectations readable
 K = TypeVar("K", bound=Hashable)
@@ -190,12 +191,24 @@ def check_invariants(policy: EvictionPolicy[Any], sizes: dict[int, int]) -> None
         queues = policy.segments()
         assert sum(sizes[key] for key in queues["ghost"]) <= policy.main_target_bytes
         assert not set(queues["ghost"]) & set(policy.keys())
+    if isinstance(policy, WTinyLFUPolicy):
+        segments = policy.segments()
+        every = [key for keys in segments.values() for key in keys]
+        assert len(every) == len(set(every)) == len(policy)  # disjoint, all resident
+        protected = sum(sizes[key] for key in segments["protected"])
+        assert protected <= policy.protected_target_bytes
+        assert policy.sketch.tracked <= 2 * len(policy) + policy.sketch.MIN_ENTRIES
 
 
 def test_make_policy_builds_each_name() -> None:
-    assert POLICY_NAMES == ("arc", "lru", "s3fifo")
+    assert POLICY_NAMES == ("arc", "lru", "s3fifo", "wtinylfu")
     built = {name: type(make_policy(name, 5)) for name in POLICY_NAMES}
-    assert built == {"arc": ARCPolicy, "lru": LRUPolicy, "s3fifo": S3FIFOPolicy}
+    assert built == {
+        "arc": ARCPolicy,
+        "lru": LRUPolicy,
+        "s3fifo": S3FIFOPolicy,
+        "wtinylfu": WTinyLFUPolicy,
+    }
 
 
 @pytest.mark.parametrize("name", ["", "LRU", "fifo", "clock"])
@@ -204,7 +217,7 @@ def test_make_policy_rejects_unknown_names(name: str) -> None:
         make_policy(name, 1000)
 
 
-@pytest.mark.parametrize("cls", [LRUPolicy, ARCPolicy, S3FIFOPolicy])
+@pytest.mark.parametrize("cls", [LRUPolicy, ARCPolicy, S3FIFOPolicy, WTinyLFUPolicy])
 def test_rejects_negative_capacity(cls: type[LRUPolicy[str]]) -> None:
     with pytest.raises(ValueError, match="capacity_bytes"):
         cls(-1)
@@ -322,7 +335,9 @@ def test_arc_ghost_lists_stay_bounded_in_bytes() -> None:
 SCAN_TRACE = [f"w{i}" for i in range(5)] * 3 + [f"s{i}" for i in range(100)]
 
 
-@pytest.mark.parametrize(("name", "hits_after_scan"), [("lru", 0), ("arc", 5), ("s3fifo", 5)])
+@pytest.mark.parametrize(
+    ("name", "hits_after_scan"), [("lru", 0), ("arc", 5), ("s3fifo", 5), ("wtinylfu", 5)]
+)
 def test_working_set_survives_a_scan(name: str, hits_after_scan: int) -> None:
     """Re-used keys then a one-time scan of 100 new keys: do the re-used ones survive?"""
     policy = make_policy(name, 10 * CHUNK)
@@ -331,6 +346,7 @@ def test_working_set_survives_a_scan(name: str, hits_after_scan: int) -> None:
 
 
 # --- S3-FIFO ---------------------------------------------------------------------------
+# libCacheSim's variant (see S3FIFOPolicy): each departure from the paper has a test.
 
 
 def s3_state(policy: S3FIFOPolicy[str]) -> dict[str, str]:
@@ -341,59 +357,67 @@ def s3_state(policy: S3FIFOPolicy[str]) -> dict[str, str]:
 def s3() -> S3FIFOPolicy[str]:
     policy: S3FIFOPolicy[str] = S3FIFOPolicy(10 * CHUNK)
     assert (policy.small_target_bytes, policy.main_target_bytes) == (CHUNK, 9 * CHUNK)
-    run(policy, "abcdefghij")  # the cache is full; everything sits in S
+    run(policy, "abcdefghij")  # the cache is full, nothing evicted yet
     return policy
 
 
+def test_s3fifo_fills_main_once_small_is_full_until_the_first_eviction(
+    s3: S3FIFOPolicy[str],
+) -> None:
+    assert s3_state(s3) == {"small": "a", "main": "bcdefghij", "ghost": ""}
+    assert fill(s3, "k") == ["a"]  # M is at (not over) its target: S yields
+    assert fill(s3, "l") == ["k"]  # after the first eviction new keys go to S
+    assert s3_state(s3) == {"small": "l", "main": "bcdefghij", "ghost": "ak"}
+
+
 def test_s3fifo_one_hit_wonder_goes_to_ghost(s3: S3FIFOPolicy[str]) -> None:
+    run(s3, "a")  # one hit is not enough to move to M
     assert fill(s3, "k") == ["a"]
-    assert s3_state(s3) == {"small": "bcdefghijk", "main": "", "ghost": "a"}
+    assert s3_state(s3) == {"small": "k", "main": "bcdefghij", "ghost": "a"}
 
 
-def test_s3fifo_reaccessed_key_moves_to_main(s3: S3FIFOPolicy[str]) -> None:
-    run(s3, "aab")  # a hit twice (freq 2), b once (freq 1)
-    assert fill(s3, "k") == ["b"]  # a moves to M on its way out of S; b is not hit enough
-    assert s3_state(s3) == {"small": "cdefghijk", "main": "a", "ghost": "b"}
-    assert (s3.frequency("a"), s3.frequency("b")) == (2, None)
+def test_s3fifo_key_hit_twice_moves_to_main_with_frequency_reset(s3: S3FIFOPolicy[str]) -> None:
+    run(s3, "aa")  # freq 2
+    assert fill(s3, "k") == ["b"]  # a moves to M, S is empty: M yields its oldest
+    assert s3_state(s3) == {"small": "k", "main": "cdefghija", "ghost": ""}
+    assert s3.frequency("a") == 0  # the paper would keep 2
+
+
+def test_s3fifo_promotion_does_not_evict_from_main_by_itself() -> None:
+    policy: S3FIFOPolicy[str] = S3FIFOPolicy(20 * CHUNK)
+    run(policy, "abcdefghijklmnopqrst")  # S = ab, M = c..t
+    run(policy, "aa")
+    assert fill(policy, "u") == ["b"]  # a moves to M (over its target), b leaves S
+    assert s3_state(policy) == {"small": "u", "main": "cdefghijklmnopqrsta", "ghost": "b"}
+    assert fill(policy, "v") == ["c"]  # now M is over its target: M yields
+    assert s3_state(policy)["small"] == "uv"
 
 
 def test_s3fifo_ghost_hit_inserts_into_main(s3: S3FIFOPolicy[str]) -> None:
-    run(s3, "aak")  # a -> M, b -> G
-    assert fill(s3, "b") == ["c"]
-    assert s3_state(s3) == {"small": "defghijk", "main": "ab", "ghost": "c"}
-    assert s3.frequency("b") == 0
+    run(s3, "k")  # a -> G
+    assert fill(s3, "a") == ["k"]
+    assert s3_state(s3) == {"small": "", "main": "bcdefghija", "ghost": "k"}
+    assert s3.frequency("a") == 0
+    assert fill(s3, "l") == ["b"]  # M is over its target
 
 
 def test_s3fifo_main_reinserts_while_frequency_lasts(s3: S3FIFOPolicy[str]) -> None:
-    run(s3, "aakb")  # M = a (freq 2), b (freq 0); S = d..k
-    assert s3.keys() == list("defghijkba")  # S drains first; a's two hits outlast b
-    assert drain(s3) == list("defghijkba")
-
-
-def test_s3fifo_promotion_into_full_main_evicts_from_main() -> None:
-    policy: S3FIFOPolicy[str] = S3FIFOPolicy(10 * CHUNK)
-    policy.insert("m", 850)
-    assert policy.evict() == "m"  # never hit: out of S, into G
-    fill(policy, "m", 850)  # ghost hit: straight into M
-    fill(policy, "a")
-    run(policy, "aa")  # a: freq 2 in S
-    fill(policy, "b", 50)  # the cache is exactly full
-    assert s3_state(policy) == {"small": "ab", "main": "m", "ghost": ""}
-    assert policy.evict() == "m"  # a moves to M, pushing M over its target: M evicts m
-    assert s3_state(policy) == {"small": "b", "main": "a", "ghost": ""}
+    run(s3, "bbc")  # b: freq 2, c: freq 1, both in M
+    assert s3.keys() == list("adefghijcb")  # S first; b's two hits outlast c's one
+    assert drain(s3) == list("adefghijcb")
 
 
 def test_s3fifo_ghost_is_bounded_by_main_target() -> None:
     policy: S3FIFOPolicy[int] = S3FIFOPolicy(10 * CHUNK)
-    run(policy, range(30))  # 20 one-hit wonders evicted
-    assert policy.segments()["ghost"] == list(range(11, 20))  # 9 chunks fit M's target
+    run(policy, range(30))  # 0 and 10..28 are one-hit wonders evicted from S
+    assert policy.segments()["ghost"] == list(range(20, 29))  # 9 chunks fit M's target
 
 
 def test_s3fifo_remove_leaves_no_ghost(s3: S3FIFOPolicy[str]) -> None:
     s3.remove("a")
-    assert s3_state(s3) == {"small": "bcdefghij", "main": "", "ghost": ""}
+    assert s3_state(s3) == {"small": "", "main": "bcdefghij", "ghost": ""}
     assert fill(s3, "a") == []  # a comes back as new, to S
-    assert s3_state(s3)["small"] == "bcdefghija"
+    assert s3_state(s3)["small"] == "a"
 
 
 def test_s3fifo_reinsert_is_a_hit_that_resizes() -> None:
@@ -405,3 +429,161 @@ def test_s3fifo_reinsert_is_a_hit_that_resizes() -> None:
     for _ in range(5):
         policy.touch("a")
     assert policy.frequency("a") == 3  # capped
+
+
+# --- W-TinyLFU -------------------------------------------------------------------------
+# Integer keys: hash() of an int does not change between runs, so neither do collisions.
+
+
+def tl_run(policy: WTinyLFUPolicy[int], letters: str) -> int:
+    return run(policy, [ord(letter) for letter in letters])
+
+
+def tl_fill(policy: WTinyLFUPolicy[int], letter: str) -> str:
+    return "".join(chr(key) for key in fill(policy, ord(letter)))
+
+
+def tl_state(policy: WTinyLFUPolicy[int]) -> dict[str, str]:
+    return {
+        name: "".join(chr(key) for key in keys) for name, keys in policy.segments().items()
+    }
+
+
+def tl_counts(policy: WTinyLFUPolicy[int], letters: str) -> str:
+    return "".join(str(policy.sketch.estimate(ord(letter))) for letter in letters)
+
+
+@pytest.fixture
+def tl() -> WTinyLFUPolicy[int]:
+    policy: WTinyLFUPolicy[int] = WTinyLFUPolicy(10 * CHUNK)
+    assert (policy.window_target_bytes, policy.main_target_bytes) == (10, 990)
+    assert policy.protected_target_bytes == 792  # 7 chunks
+    tl_run(policy, "abcdefghij")
+    return policy
+
+
+def test_wtinylfu_takes_every_fill_into_the_window_until_full(tl: WTinyLFUPolicy[int]) -> None:
+    assert tl_state(tl) == {"window": "abcdefghij", "probation": "", "protected": ""}
+    assert not tl.sketch.sized  # exact counts until the cache is full
+    assert tl.keys() and not tl.sketch.sized  # keys() evicts from a copy only
+
+
+def test_wtinylfu_newcomer_seen_once_loses_the_tie(tl: WTinyLFUPolicy[int]) -> None:
+    # The first eviction moves the window into probation while the main space has room;
+    # j then duels a (both seen once) and loses: ties go to the resident victim.
+    assert tl_fill(tl, "k") == "j"
+    assert tl_state(tl) == {"window": "k", "probation": "abcdefghi", "protected": ""}
+    assert tl.sketch.sized and tl.sketch.entries == 16
+
+
+def test_wtinylfu_candidate_seen_more_often_replaces_the_victim(tl: WTinyLFUPolicy[int]) -> None:
+    tl_fill(tl, "k")
+    tl_run(tl, "k")  # k seen twice, the victim a once
+    assert tl_fill(tl, "l") == "a"
+    assert tl_state(tl) == {"window": "l", "probation": "bcdefghik", "protected": ""}
+
+
+def test_wtinylfu_hits_promote_to_protected_which_demotes_its_oldest(
+    tl: WTinyLFUPolicy[int],
+) -> None:
+    tl_fill(tl, "k")
+    tl_run(tl, "k")
+    tl_fill(tl, "l")
+    assert tl_run(tl, "bcdefghi") == 8  # 8 chunks promoted; protected holds 7: b goes back
+    assert tl_state(tl) == {"window": "l", "probation": "kb", "protected": "cdefghi"}
+    assert tl_counts(tl, "kbl") == "221"
+
+
+def test_wtinylfu_candidate_must_lead_a_victim_seen_twice_by_two(
+    tl: WTinyLFUPolicy[int],
+) -> None:
+    tl_fill(tl, "k")
+    tl_run(tl, "k")
+    tl_fill(tl, "l")
+    tl_run(tl, "bcdefghi")
+    tl_run(tl, "ll")
+    assert tl_counts(tl, "lk") == "32"
+    assert tl_fill(tl, "m") == "l"  # one ahead of k: the phase of an epoch, not worth it
+    tl_run(tl, "mmm")
+    assert tl_counts(tl, "mk") == "42"
+    assert tl_fill(tl, "n") == "k"  # two ahead: m replaces k
+    assert tl_state(tl) == {"window": "n", "probation": "bm", "protected": "cdefghi"}
+
+
+def test_wtinylfu_victim_is_the_least_seen_of_the_oldest_few(tl: WTinyLFUPolicy[int]) -> None:
+    tl_fill(tl, "k")
+    for _ in range(2):
+        tl.sketch.increment(ord("a"))  # as if a collision had inflated a's count
+    tl_run(tl, "k")
+    assert tl_counts(tl, "abcdk") == "31112"
+    assert tl_fill(tl, "l") == "b"  # not a, the oldest, which would win the duel
+    assert tl_state(tl)["probation"] == "acdefghik"
+
+
+@pytest.mark.parametrize(("scan", "hot_hits"), [(100, 8), (1000, 0)])
+def test_wtinylfu_scan_does_not_displace_a_working_set_it_remembers(
+    scan: int, hot_hits: int
+) -> None:
+    """The sketch remembers ten requests per entry (here 160): counts fade after that."""
+    policy: WTinyLFUPolicy[int] = WTinyLFUPolicy(10 * CHUNK)
+    hot = range(8)
+    for _ in range(3):
+        run(policy, hot)
+    run(policy, range(100, 100 + scan))  # keys seen once each
+    assert policy.sketch.sample_size == 160
+    assert run(policy, hot) == hot_hits
+
+
+def test_wtinylfu_remove_and_resize() -> None:
+    policy: WTinyLFUPolicy[str] = WTinyLFUPolicy(10 * CHUNK)
+    policy.insert("a", CHUNK)
+    policy.insert("a", 40)  # a re-insert is a hit: counted, resized
+    assert (policy.resident_bytes, policy.sketch.estimate("a")) == (40, 1)
+    policy.remove("a")
+    assert (len(policy), policy.resident_bytes, policy.segments()["window"]) == (0, 0, [])
+
+
+def test_sketch_counts_exactly_until_sized_then_keeps_the_counts() -> None:
+    sketch = FrequencySketch()
+    for key in range(100):
+        for _ in range(key % 5 + 1):
+            sketch.increment(key)
+    for _ in range(20):
+        sketch.increment(0)
+    assert (sketch.sized, sketch.tracked, sketch.estimate(0)) == (False, 100, 15)  # capped
+    assert [sketch.estimate(key) for key in range(1, 6)] == [2, 3, 4, 5, 1]
+    sketch.ensure_capacity(100)
+    assert (sketch.sized, sketch.tracked, sketch.entries, sketch.width) == (True, 0, 128, 512)
+    estimates = [sketch.estimate(key) for key in range(100)]
+    assert estimates[0] == 15
+    assert all(estimates[key] >= key % 5 + 1 for key in range(1, 100))  # never under
+    assert sum(estimates[key] == key % 5 + 1 for key in range(1, 100)) >= 95
+    sketch.ensure_capacity(1000)  # doubling: every key keeps its slots' counts
+    assert (sketch.entries, sketch.width) == (1024, 4096)
+    assert [sketch.estimate(key) for key in range(100)] == estimates
+
+
+def test_sketch_halves_every_count_after_its_sample() -> None:
+    sketch = FrequencySketch()
+    sketch.ensure_capacity(16)
+    assert sketch.sample_size == 160
+    for _ in range(10):
+        sketch.increment(0)
+    key = 1
+    while sketch.additions < sketch.sample_size - 1:
+        sketch.increment(key)
+        key += 1
+    assert sketch.estimate(0) == 10
+    sketch.increment(key)  # the 160th
+    assert (sketch.estimate(0), sketch.additions) == (5, 80)
+
+
+def test_sketch_drops_exact_counts_of_keys_no_longer_resident() -> None:
+    policy: WTinyLFUPolicy[int] = WTinyLFUPolicy(1000 * CHUNK)
+    for key in range(200):  # purged as soon as filled: the cache never fills
+        fill(policy, key)
+        policy.remove(key)
+    assert policy.sketch.tracked <= policy.sketch.MIN_ENTRIES + 1
+    fill(policy, 1000)
+    fill(policy, 1000 + 1)
+    assert not policy.sketch.sized
