@@ -482,3 +482,22 @@ def test_scan_summary_lists_each_policy_without_a_plan(quick_rows: list[Row]) ->
     optimum = cases(quick_rows)[("b", 0.5)]["opt"]
     assert training_share_of_opt(optimum) == 1.0
     assert scan_summary([row for row in quick_rows if row.scenario.kind != "scan"]) == ""
+
+
+@pytest.mark.parametrize("slack_chunks", [1, 3])
+def test_target_a_holds_when_the_cache_is_fuller_than_the_policy_knows(
+    slack_chunks: int,
+) -> None:
+    """In the spoke, fills in flight hold room the cache counts and the policy does not
+    yet, so ``evict()`` comes while the policy's own bytes are below its capacity. The
+    duel must still be held: a policy told it has a few chunks more than the cache (the
+    same mismatch, deterministic) keeps the training set beside the scan all the same."""
+    built = build(TARGET_A)
+    capacity = int(1.1 * built.dataset_bytes)
+
+    def roomier(capacity_bytes: int) -> WTinyLFUPolicy[Hashable]:
+        return WTinyLFUPolicy(capacity_bytes + slack_chunks * CHUNK)
+
+    result = simulate(roomier, built.trace, capacity, warmup=built.warmup)
+    last = result.jobs["train@10"]
+    assert last.hit_ratio >= 0.9, last
