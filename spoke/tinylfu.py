@@ -226,11 +226,11 @@ class WTinyLFUPolicy(Generic[K]):
         self.sketch.ensure_capacity(len(self._queue_of))
         window = self._window
         while window.bytes > self.window_target_bytes:
-            candidate = next(iter(window))
+            overflow = next(iter(window))
             main_bytes = self._probation.bytes + self._protected.bytes
-            if main_bytes and main_bytes + window.size_of(candidate) > self.main_target_bytes:
+            if main_bytes and main_bytes + window.size_of(overflow) > self.main_target_bytes:
                 break
-            self._move(candidate, window, self._probation)
+            self._move(overflow, window, self._probation)
         if not (self._probation or self._protected):
             oldest = next(iter(window), None)
             return None if oldest is None else self._forget(oldest)
