@@ -7,7 +7,7 @@ reads its file, the spoke its chunks. This module only frames them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -23,14 +23,15 @@ async def send_plan(
     request: web.Request,
     plan: ResponsePlan,
     write_range: RangeWriter,
-    extra_headers: Mapping[str, str] | None = None,
+    headers: Iterable[tuple[str, str]] | None = None,
 ) -> web.StreamResponse:
-    """Answer ``request`` with ``plan``, pulling object bytes through ``write_range``."""
+    """Answer ``request`` with ``plan``, pulling object bytes through ``write_range``.
+
+    ``headers`` replace the plan's (a caller adding its own passes them all).
+    """
     response = web.StreamResponse(status=plan.status)
-    for name, value in plan.headers:
+    for name, value in plan.headers if headers is None else headers:
         response.headers[name] = value
-    if extra_headers:
-        response.headers.update(extra_headers)
     if plan.status == 304:
         response.headers.pop("Content-Length", None)
     elif plan.body or plan.status in (200, 206):

@@ -34,6 +34,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from service import logs
 from service.cli import add_flag
+from service.fast import FAST, FastHandler, FastServer
 from service.metrics import Series
 from service.problem import Handler, problem_response
 
@@ -46,6 +47,8 @@ DEFAULT_MAX_INFLIGHT_PER_CLIENT = 1024
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 256
 # A real client sends its headers in one go, a slow link within a few RTTs.
 DEFAULT_HEADER_TIMEOUT_S = 10.0
+# aiohttp's own default idle timeout for kept-alive connections, kept for fast ones.
+AIOHTTP_KEEPALIVE_S = 3630.0
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +209,12 @@ class LimitedRequestHandler(RequestHandler):
         ):
             self._arm()  # not body bytes: the start (or more) of a request's headers
 
+    def adopt(self, transport: asyncio.Transport, client: str) -> None:
+        """Take over a connection the fast path accepted and counted for ``client``."""
+        self._client = client
+        super().connection_made(transport)
+        self._arm()
+
     def _arm(self) -> None:
         if self._header_timer is None and self._limits.header_timeout_s > 0:
             self._header_timer = self._loop.call_later(
@@ -231,17 +240,33 @@ class LimitedRequestHandler(RequestHandler):
 
 
 class _LimitedServer(web.Server):
-    """The app's low-level server, making :class:`LimitedRequestHandler` connections."""
+    """The app's low-level server: fast-path connections when the app has a fast
+    handler, else (and for what the fast path declines) :class:`LimitedRequestHandler`."""
 
-    def __init__(self, plain: web.Server, limits: ConnectionLimits) -> None:
+    def __init__(
+        self, plain: web.Server, limits: ConnectionLimits, fast_handler: FastHandler | None
+    ) -> None:
         super().__init__(
             plain.request_handler, request_factory=plain.request_factory,
             handler_cancellation=plain.handler_cancellation, loop=plain._loop, **plain._kwargs,
         )
         self._limits = limits
+        self._fast = None if fast_handler is None else FastServer(
+            fast_handler, self._slow, limits,
+            idle_timeout_s=float(self._kwargs.get("keepalive_timeout", AIOHTTP_KEEPALIVE_S)),
+        )
 
-    def __call__(self) -> RequestHandler:
+    def _slow(self) -> LimitedRequestHandler:
         return LimitedRequestHandler(self, self._limits, loop=self._loop, **self._kwargs)
+
+    # The loop's protocol factory: any asyncio.Protocol will do, not only aiohttp's.
+    def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
+        return self._slow() if self._fast is None else self._fast()
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
+        if self._fast is not None:
+            await self._fast.shutdown(timeout if timeout is not None else 5.0)
+        await super().shutdown(timeout)
 
 
 class _LimitedAppRunner(web.AppRunner):
@@ -252,15 +277,16 @@ class _LimitedAppRunner(web.AppRunner):
         self._limits = limits
 
     async def _make_server(self) -> web.Server:
-        return _LimitedServer(await super()._make_server(), self._limits)
+        return _LimitedServer(await super()._make_server(), self._limits, self.app.get(FAST))
 
 
 def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
-    """``web.AppRunner(app, **kwargs)``, enforcing the connection limits installed on ``app``."""
+    """``web.AppRunner(app, **kwargs)``, enforcing the connection limits installed on ``app``
+    and answering through its fast handler (:data:`service.fast.FAST`) if it has one."""
     limits = app.get(CONNECTIONS)
-    if limits is None:
+    if limits is None and FAST not in app:
         return web.AppRunner(app, **kwargs)
-    return _LimitedAppRunner(app, limits, **kwargs)
+    return _LimitedAppRunner(app, limits or ConnectionLimits(0, 0.0), **kwargs)
 
 
 def install(

@@ -30,10 +30,17 @@ def problem_response(
     status: int, title: str, detail: str, headers: dict[str, str] | None = None
 ) -> web.Response:
     """A problem+json response with ``status``, ``title`` and ``detail``."""
-    body = json.dumps({"type": "about:blank", "status": status, "title": title, "detail": detail})
     return web.Response(
-        status=status, text=body, content_type=PROBLEM_JSON, headers=headers or {}
+        status=status, text=problem_body(status, title, detail).decode(), content_type=PROBLEM_JSON,
+        headers=headers or {},
     )
+
+
+def problem_body(status: int, title: str, detail: str) -> bytes:
+    """The RFC 9457 document itself, for servers that frame their own responses."""
+    return json.dumps(
+        {"type": "about:blank", "status": status, "title": title, "detail": detail}
+    ).encode()
 
 
 def error_headers(exc: ProtocolError) -> dict[str, str]:

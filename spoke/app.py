@@ -10,6 +10,7 @@ from aiohttp import web
 
 from service import auth, limits, logs
 from service.auth import Access, RouteTable
+from service.fast import FAST, FastHandler
 from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
@@ -17,8 +18,10 @@ from service.tls import client_context
 from spoke import handlers
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
+from spoke.fast import FastObjectReads
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex
+from spoke.objects import ObjectReads
 from spoke.plan_policy import PlanAwarePolicy
 from spoke.plans import PlanRegistry
 from spoke.policy import make_policy
@@ -47,6 +50,8 @@ def make_app(config: SpokeConfig) -> web.Application:
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))
     app[handlers.CONFIG] = config
+    fast: FastHandler = FastObjectReads(app, handlers.READS)
+    app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
     app.cleanup_ctx.append(_cache_context)
     add_routes(app, [
@@ -101,6 +106,9 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     app[handlers.PLANS] = plans
     readahead = SequentialReadahead(cache, config.sequential_readahead_chunks)
     app[handlers.READAHEAD] = readahead
+    app[handlers.READS] = ObjectReads(
+        cache, plans, readahead, config.readahead_chunks, app[handlers.READ_LATENCY]
+    )
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cachetools import LRUCache, TTLCache
+from cachetools import LRUCache
 
 from protocol.chunks import chunk_bounds
 from protocol.digests import digest
@@ -35,6 +36,7 @@ from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_wi
 from spoke.slots import PrioritySlots
 from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
+from spoke.ttlmap import TTLMap
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ class ChunkCache:
         self._resident = ResidentSet()
         self._reserved_bytes = 0
         self._tenant_reserved: dict[str, int] = {}
-        self._meta: TTLCache[str, Manifest] = TTLCache(maxsize=100_000, ttl=meta_ttl_s)
+        self._meta: TTLMap[str, Manifest] = TTLMap(maxsize=100_000, ttl_s=meta_ttl_s)
         # Last manifest seen per object, kept past the TTL for stale-if-error.
         self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
         self._chunk_flights: SingleFlight[str, bytes] = SingleFlight()
@@ -266,22 +268,69 @@ class ChunkCache:
     def is_cached(self, manifest: Manifest, index: int) -> bool:
         return ChunkKey.of(manifest, index).name in self._resident
 
+    def fresh_manifest(self, path: str) -> Manifest | None:
+        """The manifest of ``path`` when it is known and within its TTL; no I/O."""
+        return self._meta.get(path)
+
+    def lookup(self, manifest: Manifest, index: int) -> Chunk | None:
+        """Chunk ``index`` if it is on disk, counted as a loader's hit; else None, uncounted."""
+        key = ChunkKey.of(manifest, index)
+        name = key.name
+        if name not in self._resident:
+            return None
+        self.stats.hits += 1
+        self.policy.touch(name)
+        self._resident.touched(name)
+        self._accesses[name] = time.time()
+        if name in self._prefetched:
+            del self._prefetched[name]
+            self.stats.prefetch_used += 1
+        return Chunk(key, None, True)
+
+    def open_fd(self, manifest: Manifest, index: int, need_bytes: int) -> int:
+        """A new descriptor on cached chunk ``index``'s file, which the caller closes.
+
+        Its own descriptor, so it stays valid across awaits (``sendfile`` waiting on a
+        slow socket) even if the chunk is evicted meanwhile: chunk files are never
+        rewritten in place, so the bytes stay the ones verified. Raises
+        :class:`ChunkGone` when the file is gone or holds fewer than ``need_bytes``
+        (torn), and forgets it, so the next read fetches it again.
+        """
+        name = ChunkKey.of(manifest, index).name
+        try:
+            fd = self.store.open(name)
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0 and os.fstat(fd).st_size >= need_bytes:
+            return fd
+        if fd >= 0:
+            os.close(fd)
+        self._forget(name)
+        raise ChunkGone(name)
+
+    def read_now(self, chunk: Chunk, start: int, stop: int) -> bytes:
+        """:meth:`read` without the event-loop hop, for small reads of cached chunks."""
+        if chunk.data is not None:
+            return chunk.data[start:stop]
+        try:
+            data = self._fds.pread(chunk.key.name, start, stop)
+        except FileNotFoundError:
+            data = b""
+        if len(data) != stop - start:
+            self._forget(chunk.key.name)
+            raise ChunkGone(chunk.key.name)
+        return data
+
     async def get(self, manifest: Manifest, index: int, tenant: str = "") -> Chunk:
         """Chunk ``index`` of ``manifest``'s version: from disk, or fetched once from the hub.
 
         ``tenant`` is whose read this is: a chunk it brings in counts against its quota.
         """
+        hit = self.lookup(manifest, index)
+        if hit is not None:
+            return hit
         key = ChunkKey.of(manifest, index)
         name = key.name
-        if name in self._resident:
-            self.stats.hits += 1
-            self.policy.touch(name)
-            self._resident.touched(name)
-            self._accesses[name] = time.time()
-            if name in self._prefetched:
-                del self._prefetched[name]
-                self.stats.prefetch_used += 1
-            return Chunk(key, None, True)
         self.stats.misses += 1
         if name in self._chunk_flights:
             # Counted on joining, so waiters of a flight that then fails count too.
@@ -318,16 +367,11 @@ class ChunkCache:
 
     async def read(self, chunk: Chunk, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of ``chunk``; raises :class:`ChunkGone` if its file vanished."""
-        if chunk.data is not None:
-            return chunk.data[start:stop]
+        if chunk.data is not None or stop - start <= INLINE_READ_BYTES:
+            return self.read_now(chunk, start, stop)
         try:
-            if stop - start <= INLINE_READ_BYTES:
-                data = self._fds.pread(chunk.key.name, start, stop)
-            else:
-                loop = asyncio.get_running_loop()
-                data = await loop.run_in_executor(
-                    None, self.store.read, chunk.key.name, start, stop
-                )
+            loop = asyncio.get_running_loop()
+            data = await loop.run_in_executor(None, self.store.read, chunk.key.name, start, stop)
         except FileNotFoundError:
             self._forget(chunk.key.name)
             raise ChunkGone(chunk.key.name) from None

@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import json
-import secrets
 import time
 
 import msgpack
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from protocol.chunks import chunk_slices
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
-from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
-from protocol.response import Representation, ResponsePlan, plan_response
 from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
 from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
-from spoke.plans import MAX_PLAN_READS, PLAN_HEADER, PlannedRead, PlanRegistry, ReadPlan
+from spoke.objects import ObjectReads
+from spoke.plans import MAX_PLAN_READS, PlannedRead, PlanRegistry, ReadPlan
 from spoke.readahead import SequentialReadahead
-from spoke.reader import RangeReader
 from spoke.stats import stats_snapshot
 from spoke.warm import WarmJobs
 
@@ -34,6 +30,7 @@ WARM = web.AppKey("warm", WarmJobs)
 PLANS = web.AppKey("plans", PlanRegistry)
 READAHEAD = web.AppKey("readahead", SequentialReadahead)
 READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
+READS = web.AppKey("reads", ObjectReads)
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
@@ -53,48 +50,21 @@ async def get_object(request: web.Request) -> web.StreamResponse:
 async def _serve(
     request: web.Request, path: str, manifest: Manifest, stale: bool
 ) -> web.StreamResponse:
-    cache = request.app[CACHE]
-    rep = Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
-    plan = plan_response(request.method, request.headers, rep, secrets.token_hex(12))
-    x_cache = _x_cache(cache, manifest, plan)
-    plan_id = request.headers.get(PLAN_HEADER)
-    if plan_id is not None:
-        request.app[PLANS].observe(plan_id, path, [r.start for r in plan.ranges])
+    reads = request.app[READS]
+    prepared = reads.prepare(request.method, request.headers, path, manifest, stale)
     claims = request.get(CLAIMS)
-    tenant = claims.tenant if claims is not None else ""
-    reader = RangeReader(cache, manifest, request.app[CONFIG].readahead_chunks, tenant)
-    ranges = plan.ranges
-    if request.method == "GET" and ranges and plan.status in (200, 206):
-        request.app[READAHEAD].observe(manifest, ranges)
-        first = next(chunk_slices(ranges[0], manifest.size, manifest.chunk_size))
-        await reader.prime(first.index)
+    reader = reads.reader(manifest, claims.tenant if claims is not None else "")
+    if prepared.first_chunk is not None:
+        await reader.prime(prepared.first_chunk)
 
     async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
         await reader.write(r, response.write)
 
-    headers = {"X-Cache": x_cache}
-    if stale:
-        # RFC 9111 §5.5 retired Warning, but caches and people still read it; the
-        # second header is the machine-readable form.
-        headers["Warning"] = '110 hubspoke "Response is Stale"'
-        headers["X-Cache-Stale"] = "hub-unreachable"
-        cache.stats.stale_responses += 1
+    reads.sending(prepared)
     started = time.perf_counter()
-    response = await send_plan(request, plan, write_range, headers)
-    request.app[READ_LATENCY][x_cache.lower()].observe(time.perf_counter() - started)
+    response = await send_plan(request, prepared.plan, write_range, prepared.headers)
+    reads.observe_latency(prepared.x_cache, time.perf_counter() - started)
     return response
-
-
-def _x_cache(cache: ChunkCache, manifest: Manifest, plan: ResponsePlan) -> str:
-    """HIT when every chunk the response touches is on disk, MISS when none is."""
-    present = total = 0
-    for r in plan.ranges:
-        for s in chunk_slices(r, manifest.size, manifest.chunk_size):
-            total += 1
-            present += cache.is_cached(manifest, s.index)
-    if present == total:
-        return "HIT"
-    return "MISS" if present == 0 else "PARTIAL"
 
 
 async def get_list(request: web.Request) -> web.Response:

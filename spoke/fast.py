@@ -1,0 +1,263 @@
+"""The spoke's fast path: loaders' ``GET``/``HEAD /objects/{path}`` without aiohttp.
+
+A cache hit of a small range is answered synchronously, within the event-loop
+callback that read the request: the manifest from memory, the bytes by ``pread``
+on a chunk descriptor already open, head and body in one ``writev``. Large cached
+ranges go out with ``os.sendfile``; misses wait on the cache as under aiohttp.
+Anything else (other routes, an unusual request, a token that does not check out,
+a client at its in-flight limit) is declined, and aiohttp answers it as it always
+did. Decisions (status, headers, X-Cache, bookkeeping) are :mod:`spoke.objects`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable
+
+from aiohttp import web
+
+from protocol.auth import authorize
+from protocol.chunks import chunk_slices
+from protocol.errors import ProtocolError
+from protocol.http1 import RequestHead
+from protocol.manifest import Manifest
+from protocol.paths import validate_path
+from protocol.ranges import ByteRange
+from service.auth import GUARD
+from service.fast import FastConnection, Reply
+from service.limits import LIMIT
+from service.problem import PROBLEM_JSON, error_headers, problem_body
+from spoke.cache import Chunk, ChunkCache, ChunkGone
+from spoke.errors import VersionChanged
+from spoke.objects import ObjectReads, Prepared
+
+logger = logging.getLogger(__name__)
+
+OBJECTS = "/objects/"
+# Hits up to this size (a batch of samples) are answered within the read callback,
+# when no single range is worth a sendfile: a connection then holds at most this
+# much past flow control, as the next request is not read until it has drained.
+SYNC_BYTES = 4 << 20
+# Below this, pread + write costs less than sendfile's extra system calls.
+SENDFILE_MIN_BYTES = 256 << 10
+MAX_REMEMBERED_PATHS = 10_000
+WRITE_BLOCK_BYTES = 1 << 20
+
+
+class FastObjectReads:
+    """The spoke app's :data:`service.fast.FastHandler`."""
+
+    def __init__(self, app: web.Application, reads_key: web.AppKey[ObjectReads]) -> None:
+        self.app = app
+        self.reads_key = reads_key
+        self._paths: dict[str, str] = {}
+
+    def __call__(self, head: RequestHead, conn: FastConnection) -> Reply | Awaitable[Reply] | None:
+        reads = self.app.get(self.reads_key)
+        if reads is None or not head.target.startswith(OBJECTS):
+            return None
+        try:
+            path = self._valid_path(head.target)
+            tenant = self._tenant(head, path)
+        except ProtocolError:
+            return None  # aiohttp answers the 400/401/403, and counts it
+        limit = self.app.get(LIMIT)
+        if limit is not None and not limit.acquire(conn.client):
+            limit.rejected -= 1  # aiohttp answers the 429, and counts it
+            return None
+        started = time.perf_counter()
+        manifest = reads.cache.fresh_manifest(path)
+        prepared = None
+        if manifest is not None:
+            try:
+                prepared = reads.prepare(head.method, head.headers, path, manifest, False)
+                reply = _answer_now(reads, conn, head, prepared, manifest)
+            except ProtocolError as exc:
+                reply = _problem(conn, head, exc)
+            if reply is not None:
+                if limit is not None:
+                    limit.release(conn.client)
+                if prepared is not None:
+                    reads.observe_latency(prepared.x_cache, time.perf_counter() - started)
+                return reply
+        return self._answer(reads, conn, head, path, tenant, started, prepared, manifest)
+
+    def _valid_path(self, target: str) -> str:
+        """The object path in ``target``; validated once, then remembered."""
+        path = self._paths.get(target)
+        if path is None:
+            path = validate_path(target[len(OBJECTS):])
+            if len(self._paths) >= MAX_REMEMBERED_PATHS:
+                self._paths.clear()
+            self._paths[target] = path
+        return path
+
+    def _tenant(self, head: RequestHead, path: str) -> str:
+        guard = self.app.get(GUARD)
+        if guard is None:
+            return ""
+        claims = guard.authenticate(head.headers.get("Authorization"))
+        authorize(claims, path)
+        return claims.tenant
+
+    async def _answer(
+        self, reads: ObjectReads, conn: FastConnection, head: RequestHead, path: str,
+        tenant: str, started: float, prepared: Prepared | None, manifest: Manifest | None,
+    ) -> Reply:
+        try:
+            try:
+                reply = await _serve(reads, conn, head, path, tenant, prepared, manifest)
+            except VersionChanged:
+                # Changed between our metadata and the first chunk: answer the new
+                # version from the start rather than splicing two.
+                reads.cache.invalidate(path)
+                reply = await _serve(reads, conn, head, path, tenant, None, None)
+        except ProtocolError as exc:
+            return _problem(conn, head, exc)
+        finally:
+            limit = self.app.get(LIMIT)
+            if limit is not None:
+                limit.release(conn.client)
+        if reply.x_cache is not None:
+            reads.observe_latency(reply.x_cache, time.perf_counter() - started)
+        return reply
+
+
+async def _serve(
+    reads: ObjectReads, conn: FastConnection, head: RequestHead, path: str, tenant: str,
+    prepared: Prepared | None, manifest: Manifest | None,
+) -> Reply:
+    if prepared is None or manifest is None:
+        manifest, stale = await reads.cache.manifest(path)
+        prepared = reads.prepare(head.method, head.headers, path, manifest, stale)
+    reader = reads.reader(manifest, tenant)
+    first = prepared.first_chunk
+    primed = first is not None and not (
+        _sendfile_worthy(conn, prepared.plan.ranges[0]) and reads.cache.is_cached(manifest, first)
+    )
+    if primed:
+        assert first is not None
+        await reader.prime(first)  # a failure here still gets a status
+    plan = prepared.plan
+    reads.sending(prepared)
+    conn.write(conn.head(plan.status, prepared.headers, head.keep_alive))
+    if not prepared.has_body or head.method == "HEAD":
+        return Reply(plan.status, 0, prepared.x_cache)
+    sent = 0
+
+    async def write(data: bytes) -> None:
+        nonlocal sent
+        conn.write(data)
+        sent += len(data)
+        await conn.drain()
+
+    try:
+        for part in plan.body:
+            if isinstance(part, bytes):
+                await write(part)
+                continue
+            # The primed chunk is the reader's: counted once, read once.
+            done = 0 if primed else await _sendfile_prefix(reads, conn, manifest, part)
+            primed = False
+            sent += done
+            if done < part.length:
+                await reader.write(ByteRange(part.start + done, part.stop), write)
+    except ConnectionError:
+        raise
+    except Exception as exc:
+        # Headers are gone: the only honest signal left is a cut connection, which
+        # the client sees as a short body. Never pad or splice other bytes in.
+        logger.warning("aborting %s %s mid-body: %s", head.method, head.target, exc)
+        conn.abort()
+    return Reply(plan.status, sent, prepared.x_cache)
+
+
+def _answer_now(
+    reads: ObjectReads, conn: FastConnection, head: RequestHead, prepared: Prepared,
+    manifest: Manifest,
+) -> Reply | None:
+    """Answer from cached chunks within this callback, or None (not all cached, too
+    large, or a chunk file gone) and nothing sent."""
+    plan = prepared.plan
+    parts = [conn.head(plan.status, prepared.headers, head.keep_alive)]
+    if not prepared.has_body or head.method == "HEAD":
+        conn.writelines(parts)
+        return Reply(plan.status, 0, prepared.x_cache)
+    if prepared.x_cache != "HIT" or plan.content_length > SYNC_BYTES or (
+        conn.can_sendfile and any(r.length >= SENDFILE_MIN_BYTES for r in plan.ranges)
+    ):
+        return None
+    cache = reads.cache
+    sent = 0
+    try:
+        for part in plan.body:
+            if isinstance(part, bytes):
+                parts.append(part)
+                sent += len(part)
+                continue
+            for s in chunk_slices(part, manifest.size, manifest.chunk_size):
+                chunk = cache.lookup(manifest, s.index)
+                if chunk is None:
+                    return None
+                parts.append(cache.read_now(chunk, s.start, s.stop))
+                sent += s.stop - s.start
+                cache.stats.bytes_served_hit += s.stop - s.start
+    except ChunkGone:
+        return None  # deleted behind our back: the slow way fetches it again
+    conn.writelines(parts)
+    return Reply(plan.status, sent, prepared.x_cache)
+
+
+async def _sendfile_prefix(
+    reads: ObjectReads, conn: FastConnection, manifest: Manifest, r: ByteRange
+) -> int:
+    """Send the cached chunks at the start of a large range with sendfile; returns
+    how many of its bytes went (0 for a small range, a miss first, or TLS)."""
+    if not _sendfile_worthy(conn, r):
+        return 0
+    cache = reads.cache
+    done = 0
+    for s in chunk_slices(r, manifest.size, manifest.chunk_size):
+        if not cache.is_cached(manifest, s.index):
+            break
+        try:
+            fd = cache.open_fd(manifest, s.index, s.stop)
+        except ChunkGone:
+            break  # the reader fetches it again
+        chunk = cache.lookup(manifest, s.index)
+        assert chunk is not None
+        try:
+            if not await conn.sendfile(fd, s.start, s.stop - s.start):
+                await _write_blocks(conn, cache, chunk, s.start, s.stop)
+        finally:
+            os.close(fd)
+        done += s.stop - s.start
+        cache.stats.bytes_served_hit += s.stop - s.start
+    return done
+
+
+def _sendfile_worthy(conn: FastConnection, r: ByteRange) -> bool:
+    return r.length >= SENDFILE_MIN_BYTES and conn.can_sendfile
+
+
+async def _write_blocks(
+    conn: FastConnection, cache: ChunkCache, chunk: Chunk, start: int, stop: int
+) -> None:
+    for offset in range(start, stop, WRITE_BLOCK_BYTES):
+        conn.write(await cache.read(chunk, offset, min(stop, offset + WRITE_BLOCK_BYTES)))
+        await conn.drain()
+
+
+def _problem(conn: FastConnection, head: RequestHead, exc: ProtocolError) -> Reply:
+    """The answer :mod:`service.problem`'s middleware gives for ``exc``."""
+    status = exc.status_hint
+    body = problem_body(status, exc.title, str(exc))
+    headers = [
+        ("Content-Type", f"{PROBLEM_JSON}; charset=utf-8"), ("Content-Length", str(len(body))),
+        *error_headers(exc).items(),
+    ]
+    sent = b"" if head.method == "HEAD" else body
+    conn.writelines([conn.head(status, headers, head.keep_alive), sent])
+    return Reply(status, len(sent))

@@ -1,0 +1,113 @@
+"""What answering ``GET``/``HEAD /objects/{path}`` takes, whichever server path answers.
+
+The aiohttp handler (:mod:`spoke.handlers`) and the fast path (:mod:`spoke.fast`)
+differ only in how bytes reach the socket; the decisions (status, headers, X-Cache,
+plan and read-ahead bookkeeping, latency) are made here, once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from protocol.chunks import chunk_slices
+from protocol.manifest import Manifest
+from protocol.media import content_type_for
+from protocol.response import Representation, ResponsePlan, plan_response
+from service.metrics import Histogram
+from spoke.cache import ChunkCache
+from spoke.plans import PLAN_HEADER, PlanRegistry
+from spoke.readahead import SequentialReadahead
+from spoke.reader import RangeReader
+
+# multipart/byteranges boundaries: a random per-process prefix keeps them from
+# occurring in object bytes by accident, a counter keeps them cheap; 24 characters,
+# like the hub's, so both frame a response to the same length.
+_BOUNDARY_PREFIX = secrets.token_hex(8)
+_boundaries = itertools.count()
+
+STALE_HEADERS = (
+    # RFC 9111 §5.5 retired Warning, but caches and people still read it; the
+    # second header is the machine-readable form.
+    ("Warning", '110 hubspoke "Response is Stale"'),
+    ("X-Cache-Stale", "hub-unreachable"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One read's answer, decided: the plan, its headers, and the chunk to resolve first."""
+
+    plan: ResponsePlan
+    x_cache: str
+    headers: list[tuple[str, str]]  # the plan's, X-Cache, and the stale warning if any
+    first_chunk: int | None  # resolved before the headers go, so a failure gets a status
+    stale: bool
+
+    @property
+    def has_body(self) -> bool:
+        return bool(self.plan.body) and self.plan.status != 304
+
+
+class ObjectReads:
+    """The spoke's object reads: the cache and the bookkeeping every read feeds."""
+
+    def __init__(
+        self, cache: ChunkCache, plans: PlanRegistry, readahead: SequentialReadahead,
+        readahead_chunks: int, latency: dict[str, Histogram],
+    ) -> None:
+        self.cache = cache
+        self.plans = plans
+        self.readahead = readahead
+        self.readahead_chunks = readahead_chunks
+        self.latency = latency
+
+    def prepare(
+        self, method: str, headers: Mapping[str, str], path: str, manifest: Manifest,
+        stale: bool,
+    ) -> Prepared:
+        """Plan the answer to a read of ``manifest``'s version; raises the plan's
+        :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
+        rep = Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
+        boundary = f"{_BOUNDARY_PREFIX}{next(_boundaries) & 0xFFFFFFFF:08x}"
+        plan = plan_response(method, headers, rep, boundary)
+        x_cache = self._x_cache(manifest, plan)
+        plan_id = headers.get(PLAN_HEADER)
+        ranges = plan.ranges
+        if plan_id is not None:
+            self.plans.observe(plan_id, path, [r.start for r in ranges])
+        first_chunk = None
+        if method == "GET" and ranges and plan.status in (200, 206):
+            self.readahead.observe(manifest, ranges)
+            first_chunk = ranges[0].start // manifest.chunk_size
+        out = list(plan.headers)
+        if plan.status == 304:
+            out = [(k, v) for k, v in out if k != "Content-Length"]
+        out.append(("X-Cache", x_cache))
+        if stale:
+            out += STALE_HEADERS
+        return Prepared(plan, x_cache, out, first_chunk, stale)
+
+    def sending(self, prepared: Prepared) -> None:
+        """The answer's head is going out (no error status can replace it now)."""
+        if prepared.stale:
+            self.cache.stats.stale_responses += 1
+
+    def reader(self, manifest: Manifest, tenant: str) -> RangeReader:
+        return RangeReader(self.cache, manifest, self.readahead_chunks, tenant)
+
+    def observe_latency(self, x_cache: str, seconds: float) -> None:
+        self.latency[x_cache.lower()].observe(seconds)
+
+    def _x_cache(self, manifest: Manifest, plan: ResponsePlan) -> str:
+        """HIT when every chunk the response touches is on disk, MISS when none is."""
+        present = total = 0
+        for r in plan.ranges:
+            for s in chunk_slices(r, manifest.size, manifest.chunk_size):
+                total += 1
+                present += self.cache.is_cached(manifest, s.index)
+        if present == total:
+            return "HIT"
+        return "MISS" if present == 0 else "PARTIAL"

@@ -1,0 +1,179 @@
+"""The spoke's fast path over raw sockets: pipelining, hand-over to aiohttp mid-connection,
+sendfile to a slow reader, split request heads, and what it shares with aiohttp
+(request ids, the access log, the in-flight limit, metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import socket
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import CHUNK, SpokeFactory
+from tests.support.servers import GatedBackend, RunningServer
+
+Dataset = tuple[Path, dict[str, bytes]]
+BIG = "ds/big.bin"
+
+
+async def connect(server: RunningServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = server.url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+def get(path: str, *fields: str) -> bytes:
+    lines = [f"GET /objects/{path} HTTP/1.1", "Host: spoke", *fields]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
+    length = int(headers.get("content-length", "0"))
+    body = await asyncio.wait_for(reader.readexactly(length), 10)
+    return status, headers, body
+
+
+async def warm(http: aiohttp.ClientSession, spoke: RunningServer, path: str) -> None:
+    async with http.get(f"{spoke.url}/objects/{path}") as resp:
+        assert resp.status == 200
+        await resp.read()
+
+
+async def test_pipelined_reads_are_answered_in_order_with_the_right_bytes(
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    data = dataset[1][BIG]
+    await warm(http, spoke, BIG)
+    ranges = [(i * 1000 + 17, i * 1000 + 17 + CHUNK + i) for i in range(20)]
+    reader, writer = await connect(spoke)
+    writer.write(b"".join(get(BIG, f"Range: bytes={a}-{b - 1}") for a, b in ranges))
+    for a, b in ranges:
+        status, headers, body = await read_response(reader)
+        assert (status, headers["x-cache"], body) == (206, "HIT", data[a:b])
+        assert headers["content-range"] == f"bytes {a}-{b - 1}/{len(data)}"
+    writer.close()
+
+
+async def test_a_request_the_fast_path_declines_hands_the_connection_to_aiohttp(
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    """A cached read, then a plan (a POST with a body), then reads again, pipelined on
+    one connection: all answered, in order."""
+    data = dataset[1][BIG]
+    await warm(http, spoke, BIG)
+    body = b'{"reads": [["ds/big.bin", 0, 100]]}'
+    post = (b"POST /plans HTTP/1.1\r\nHost: spoke\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    reader, writer = await connect(spoke)
+    writer.write(get(BIG, "Range: bytes=0-9") + post + get(BIG, "Range: bytes=10-19")
+                 + get("ds/../x"))
+    assert (await read_response(reader))[::2] == (206, data[0:10])
+    status, headers, _ = await read_response(reader)
+    assert status == 201 and headers["location"].startswith("/plans/")
+    assert (await read_response(reader))[::2] == (206, data[10:20])
+    status, headers, _ = await read_response(reader)
+    assert status == 400 and headers["content-type"].startswith("application/problem+json")
+    writer.close()
+
+
+async def test_a_head_split_over_several_packets_is_read_whole(
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    data = dataset[1][BIG]
+    await warm(http, spoke, BIG)
+    request = get(BIG, "Range: bytes=5-99")
+    reader, writer = await connect(spoke)
+    for i in range(0, len(request), 7):
+        writer.write(request[i:i + 7])
+        await writer.drain()
+        await asyncio.sleep(0.005)
+    status, _, body = await read_response(reader)
+    assert (status, body) == (206, data[5:100])
+    writer.close()
+
+
+async def test_a_large_cached_range_reaches_a_slow_reader_whole(
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    """Large ranges go out with sendfile; a reader slower than the socket buffers makes
+    it wait for the socket, and every byte still arrives, in order."""
+    root, _ = dataset
+    data = random.Random(5).randbytes(24 << 20)  # more than the socket buffers hold
+    (root / "ds" / "large.bin").write_bytes(data)
+    await warm(http, spoke, "ds/large.bin")
+    start, stop = 3, len(data) - 5
+    reader, writer = await connect(spoke)
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    writer.write(get("ds/large.bin", f"Range: bytes={start}-{stop - 1}")
+                 + get("ds/large.bin", "Range: bytes=0-0"))
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert b"206" in head.split(b"\r\n")[0]
+    received = bytearray()
+    while len(received) < stop - start:
+        want = min(256 << 10, stop - start - len(received))
+        received += await asyncio.wait_for(reader.readexactly(want), 10)
+        await asyncio.sleep(0.001)
+    assert bytes(received) == data[start:stop]
+    assert (await read_response(reader))[::2] == (206, data[0:1])  # the next one follows
+    writer.close()
+
+
+async def test_request_ids_access_log_and_latency_are_kept_on_the_fast_path(
+    spoke: RunningServer, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    await warm(http, spoke, BIG)
+    reader, writer = await connect(spoke)
+    with caplog.at_level(logging.INFO, logger="hubspoke.access"):
+        writer.write(get(BIG, "Range: bytes=0-9", "X-Request-Id: loader-7.a")
+                     + get(BIG, "Range: bytes=0-9"))
+        _, mine, _ = await read_response(reader)
+        _, fresh, _ = await read_response(reader)
+    writer.close()
+    assert mine["x-request-id"] == "loader-7.a"
+    assert re.fullmatch(r"[0-9a-f]{16}", fresh["x-request-id"])
+    lines = [r for r in caplog.records if r.name == "hubspoke.access"]
+    assert [(r.request_id, r.status, r.x_cache, r.bytes) for r in lines[-2:]] == [  # type: ignore[attr-defined]
+        ("loader-7.a", 206, "HIT", 10), (fresh["x-request-id"], 206, "HIT", 10)]
+    async with http.get(f"{spoke.url}/metrics") as resp:
+        metrics = await resp.text()
+    hits = re.search(r'spoke_read_seconds_count\{cache="hit"\} (\S+)', metrics)
+    assert hits is not None and float(hits[1]) >= 2
+
+
+async def test_connection_close_is_honoured(
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    await warm(http, spoke, BIG)
+    reader, writer = await connect(spoke)
+    writer.write(get(BIG, "Range: bytes=0-3", "Connection: close") + get(BIG))
+    status, headers, body = await read_response(reader)
+    assert (status, headers["connection"], body) == (206, "close", dataset[1][BIG][:4])
+    assert await asyncio.wait_for(reader.read(), 10) == b""  # closed; the second not answered
+    writer.close()
+
+
+async def test_a_client_at_its_in_flight_limit_gets_429_from_aiohttp(
+    make_spoke: SpokeFactory, gated: GatedBackend, http: aiohttp.ClientSession
+) -> None:
+    spoke = await make_spoke(max_inflight_per_client=1)
+    gated.gate.clear()
+    first = asyncio.ensure_future(http.get(f"{spoke.url}/objects/ds/small.bin"))
+    # The first read now waits on the hub, holding this client's only slot.
+    assert await asyncio.to_thread(gated.waiting.acquire, True, 10)
+    reader, writer = await connect(spoke)
+    writer.write(get("ds/exact.bin"))
+    status, headers, _ = await read_response(reader)
+    assert (status, headers["retry-after"]) == (429, "1")
+    gated.gate.set()
+    resp = await first
+    assert resp.status == 200
+    resp.release()
+    writer.close()
