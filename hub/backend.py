@@ -77,12 +77,21 @@ class _OpenFile:
     def read(self, offset: int, length: int) -> bytes:
         return os.pread(self._fd, length, offset)
 
+    def fileno(self) -> int:
+        """The open file, for ``os.sendfile`` (a backend object without it is read)."""
+        return self._fd
+
     def close(self) -> None:
         os.close(self._fd)
 
 
 class FilesystemBackend:
     """Objects are the regular files under ``root``; symlinks may not leave it."""
+
+    # Opening (realpath, open, fstat) and closing a local file are metadata calls
+    # the kernel answers from its caches in microseconds: cheaper on the event loop
+    # than the two thread hops per request they would otherwise cost.
+    opens_quickly = True
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import secrets
+import select
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 from aiohttp import web
@@ -26,13 +32,25 @@ REGISTRY = web.AppKey("registry", object)
 # Large enough to keep per-block overhead small, small enough to bound memory
 # per connection.
 READ_BLOCK_BYTES = 1 << 20
+# Ranges at least this long go from the file to the socket with os.sendfile: no
+# copy through Python, no buffer to allocate, one thread hop per range instead of
+# one per block. uvloop has no loop.sendfile (aiohttp's FileResponse falls back to
+# reading blocks in the thread pool there), so the call runs in a thread of its
+# own, where a page-cache miss may block; the event loop never does.
+SENDFILE_MIN_BYTES = 256 << 10
+# Threads sending at once; a transfer waiting on a slow client holds one.
+SENDFILE_THREADS = 32
+# A transfer that makes no progress for this long is abandoned (the client stalled).
+SENDFILE_STALL_S = 60.0
+_sendfile_pool: ThreadPoolExecutor | None = None
 
 
 async def get_object(request: web.Request) -> web.StreamResponse:
     path = validate_path(request.match_info["path"])
     backend = request.app[BACKEND]
     loop = asyncio.get_running_loop()
-    obj = await loop.run_in_executor(None, backend.open, path)
+    quick = getattr(backend, "opens_quickly", False)
+    obj = backend.open(path) if quick else await loop.run_in_executor(None, backend.open, path)
     try:
         info = obj.info
         rep = Representation(info.size, info.etag, info.mtime, info.content_type)
@@ -40,11 +58,15 @@ async def get_object(request: web.Request) -> web.StreamResponse:
         stats = request.app[STATS]
 
         async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
-            await _stream_file_range(obj, r, response, stats)
+            if not await _sendfile_range(request, obj, r, response, stats):
+                await _stream_file_range(obj, r, response, stats)
 
         return await send_plan(request, plan, write_range)
     finally:
-        await loop.run_in_executor(None, obj.close)
+        if quick:
+            obj.close()
+        else:
+            await loop.run_in_executor(None, obj.close)
 
 
 async def _stream_file_range(
@@ -61,6 +83,88 @@ async def _stream_file_range(
         await response.write(block)
         stats.bytes_sent += length
         offset += length
+
+
+async def _sendfile_range(
+    request: web.Request, obj: OpenObject, r: ByteRange, response: web.StreamResponse,
+    stats: HubStats,
+) -> bool:
+    """Send ``r`` with ``os.sendfile``; False (nothing sent) when this response cannot."""
+    fileno = getattr(obj, "fileno", None)
+    transport = request.transport
+    if fileno is None or transport is None or r.length < SENDFILE_MIN_BYTES:
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_extra_info("sslcontext") is not None:
+        return False
+    await response.write(b"")  # the headers (and any multipart boundary) go first
+    if transport.is_closing():
+        raise ConnectionResetError("client went away")
+    if transport.get_write_buffer_size():
+        return False  # bytes still queued in the transport must not be overtaken
+    # A descriptor of our own: the transport may close its one meanwhile (a client
+    # hanging up), and its number could then name another connection.
+    sock_fd = os.dup(sock.fileno())
+    stop = threading.Event()
+    try:
+        loop = asyncio.get_running_loop()
+        sent = await loop.run_in_executor(
+            _pool(), _sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
+        )
+    finally:
+        stop.set()  # the thread may still run if we were cancelled: make it stop
+    stats.bytes_sent += sent
+    writer = getattr(response, "_payload_writer", None)
+    if writer is not None:
+        writer.output_size += sent  # keeps the access log's byte count right
+    if sent != r.length:
+        # The file shrank under an open response: cut it rather than pad.
+        raise ConnectionResetError(f"{obj.info.path} changed while being sent")
+    return True
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _sendfile_pool
+    if _sendfile_pool is None:
+        _sendfile_pool = ThreadPoolExecutor(SENDFILE_THREADS, thread_name_prefix="hub-sendfile")
+    return _sendfile_pool
+
+
+def _sendfile_blocking(
+    sock_fd: int, fd: int, offset: int, count: int, stop: threading.Event
+) -> int:
+    """Send ``count`` bytes of ``fd`` from ``offset``; returns how many the file had.
+
+    Owns (and closes) ``sock_fd``, a duplicate of the non-blocking socket: waits for
+    room in it with poll, so a slow client holds this thread, not the event loop.
+    """
+    sent = 0
+    poller = select.poll()
+    poller.register(sock_fd, select.POLLOUT)
+    progress_at = time.monotonic()
+    try:
+        while sent < count:
+            if stop.is_set():
+                raise ConnectionResetError("response abandoned")
+            try:
+                n = os.sendfile(sock_fd, fd, offset + sent, count - sent)
+            except BlockingIOError:
+                n = -1
+            except OSError as exc:
+                raise ConnectionResetError(f"client went away: {exc}") from None
+            if n == 0:
+                break  # end of file
+            if n > 0:
+                sent += n
+                progress_at = time.monotonic()
+                continue
+            if time.monotonic() - progress_at > SENDFILE_STALL_S:
+                raise ConnectionResetError("client stopped reading")
+            poller.poll(250)
+        return sent
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(sock_fd)
 
 
 async def get_manifest(request: web.Request) -> web.Response:

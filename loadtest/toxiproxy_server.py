@@ -60,9 +60,13 @@ DOWNSTREAM = "downstream"
 STREAMS = (UPSTREAM, DOWNSTREAM)
 LISTENING_PREFIX = "listening on "
 
-# Reads are at most this big; Toxiproxy's io.Copy uses 32 KiB, we go a bit larger
-# because Python pays per chunk.
-READ_SIZE = 64 * 1024
+# Toxiproxy's io.Copy moves 32 KiB at a time; here a chunk is whatever one read of
+# the socket returned (up to uvloop's 256 KiB), because Python pays per chunk. Data
+# a link passes on is gathered and written with one system call once it has this
+# much, or before the link waits for anything.
+FLUSH_BYTES = 1 << 20
+# A destination socket's transport buffers this much before the link waits for it.
+WRITE_HIGH_WATER = 1 << 20
 # A link stops reading its source once this many bytes wait in its buffer. It must
 # cover the bandwidth-delay product of a latency toxic (e.g. 60 ms at 500 MB/s =
 # 30 MB); bounding by bytes rather than by chunk count keeps small-packet traffic
@@ -206,7 +210,7 @@ def parse_new_toxic(body: Any) -> Toxic:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class Chunk:
     data: bytes
     stamp: float  # loop time the data was read (latency toxics push it forward)
@@ -463,56 +467,191 @@ RUNTIMES: dict[str, type[_Runtime]] = {
 
 
 class _ChunkBuffer:
-    """A FIFO of chunks bounded by bytes; ``None`` marks the end of the stream."""
+    """A FIFO of chunks bounded by bytes; ``None`` marks the end of the stream.
 
-    def __init__(self, limit: int) -> None:
+    Filled by a protocol's ``data_received`` (which cannot wait): above the limit
+    it pauses its source, and resumes it once the pump has taken the buffer below.
+    """
+
+    def __init__(
+        self, limit: int, pause_source: Callable[[], None], resume_source: Callable[[], None]
+    ) -> None:
         self._items: collections.deque[Chunk | None] = collections.deque()
         self._bytes = 0
         self._limit = limit
         self._discarding = False
-        self._ready = asyncio.Event()
-        self._space = asyncio.Event()
+        self._source_paused = False
+        self._pause_source = pause_source
+        self._resume_source = resume_source
+        self._ready: asyncio.Future[None] | None = None
 
-    async def put(self, chunk: Chunk) -> None:
-        while self._bytes >= self._limit and not self._discarding:
-            self._space.clear()
-            await self._space.wait()
+    def put(self, chunk: Chunk) -> None:
         if self._discarding:
             return
         self._items.append(chunk)
         self._bytes += len(chunk.data)
-        self._ready.set()
+        if self._bytes >= self._limit and not self._source_paused:
+            self._source_paused = True
+            self._pause_source()
+        self._wake()
 
     def put_eof(self) -> None:
         self._items.append(None)
-        self._ready.set()
+        self._wake()
 
-    async def get(self) -> Chunk | None:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
+    def get_nowait(self) -> Chunk | bool | None:
+        """The next item, or False when there is none yet."""
+        if not self._items:
+            return False
         item = self._items.popleft()
         if item is not None:
             self._bytes -= len(item.data)
-            if self._bytes < self._limit:
-                self._space.set()
+            if self._source_paused and self._bytes < self._limit:
+                self._source_paused = False
+                self._resume_source()
         return item
+
+    async def get(self) -> Chunk | None:
+        while True:
+            item = self.get_nowait()
+            if item is not False:
+                assert not isinstance(item, bool)
+                return item
+            self._ready = asyncio.get_running_loop().create_future()
+            await self._ready
 
     def discard(self) -> None:
         """Nobody will read any more: drop what is queued, never block the reader."""
         self._discarding = True
         self._items.clear()
         self._bytes = 0
-        self._space.set()
+        if self._source_paused:
+            self._source_paused = False
+            self._resume_source()
+
+    def _wake(self) -> None:
+        ready, self._ready = self._ready, None
+        if ready is not None and not ready.done():
+            ready.set_result(None)
 
 
-def _set_linger_zero(writer: asyncio.StreamWriter) -> None:
-    # SO_LINGER {on, 0 s} makes close() send a TCP RST instead of a FIN.
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+class _End(asyncio.Protocol):
+    """One socket of a proxied connection: the source of one link, the destination of
+    the other. A protocol rather than asyncio streams: what the loop reads goes to
+    the link as it is (no copies through a StreamReader's buffer)."""
+
+    def __init__(self, on_made: Callable[[_End], None] | None = None) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._on_made = on_made
+        self._sink: _ChunkBuffer | None = None
+        self._early: list[Chunk | None] = []  # what arrived before the link existed
+        self._loop = asyncio.get_running_loop()
+        self._writing_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self._lost = False
+
+    # ---- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[attr-defined]
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        chunk = Chunk(data, self._loop.time())
+        if self._sink is not None:
+            self._sink.put(chunk)
+            return
+        self._early.append(chunk)
+        if sum(len(c.data) for c in self._early if c is not None) >= BUFFER_LIMIT:
+            self.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._end_of_stream()
+        return True  # keep the socket open for the other direction
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:  # e.g. the peer reset: an end of stream like any other
+            logger.debug("connection lost: %s", exc)
+        self._lost = True
+        self._end_of_stream()
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake_writer()
+
+    # ---- as a source
+
+    def feed(self, sink: _ChunkBuffer) -> None:
+        """Send what is read from now on (and what came before) to ``sink``."""
+        self._sink = sink
+        early, self._early = self._early, []
+        for chunk in early:
+            if chunk is None:
+                sink.put_eof()
+            else:
+                sink.put(chunk)
+        self.resume_reading()
+
+    def _end_of_stream(self) -> None:
+        if self._sink is not None:
+            self._sink.put_eof()
+        else:
+            self._early.append(None)
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # ---- as a destination
+
+    def is_closing(self) -> bool:
+        return self._lost or self.transport is None or self.transport.is_closing()
+
+    def writelines(self, parts: list[bytes]) -> None:
+        if self.is_closing():
+            raise ConnectionResetError("destination closed")
+        assert self.transport is not None
+        if len(parts) == 1:
+            self.transport.write(parts[0])
+        else:
+            self.transport.writelines(parts)
+
+    async def drain(self) -> None:
+        while self._writing_paused and not self._lost:
+            self._drained = self._loop.create_future()
+            await self._drained
+        if self._lost:
+            raise ConnectionResetError("destination closed")
+
+    def _wake_writer(self) -> None:
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self, *, rst: bool = False) -> None:
+        if self.transport is None:
+            return
+        if rst:
+            # SO_LINGER {on, 0 s} makes close() send a TCP RST instead of a FIN.
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
 
 class _Link:
@@ -522,8 +661,8 @@ class _Link:
         self,
         connection: _Connection,
         stream: str,
-        source: asyncio.StreamReader,
-        dest: asyncio.StreamWriter,
+        source: _End,
+        dest: _End,
         toxics: Sequence[Toxic],
     ) -> None:
         self.connection = connection
@@ -531,13 +670,17 @@ class _Link:
         self._source = source
         self._dest = dest
         self._loop = asyncio.get_running_loop()
-        self._buffer = _ChunkBuffer(BUFFER_LIMIT)
+        self._buffer = _ChunkBuffer(BUFFER_LIMIT, source.pause_reading, source.resume_reading)
         self._runtimes: list[_Runtime] = []
         self._waiters: set[asyncio.Future[None]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._pump_task: asyncio.Task[None] | None = None
         self._closing = False
         self._done = asyncio.Event()
+        # Written data not yet handed to the socket: writes are gathered while the
+        # pump has more at hand, and go out in one system call before it waits.
+        self._out: list[bytes] = []
+        self._out_bytes = 0
         for toxic in toxics:
             self.attach(toxic)
 
@@ -573,6 +716,7 @@ class _Link:
 
     async def pause(self, seconds: float) -> None:
         """Sleep up to ``seconds``; a toxic change (``notify``) ends it early."""
+        self._flush()
         waiter: asyncio.Future[None] = self._loop.create_future()
         self._waiters.add(waiter)
         timer = self._loop.call_later(seconds, _resolve, waiter)
@@ -597,8 +741,8 @@ class _Link:
             self.connection.kill()
 
     async def run(self) -> None:
-        self._spawn(self._read_loop())
         self._pump_task = self._spawn(self._pump())
+        self._source.feed(self._buffer)
         try:
             await self._done.wait()
         finally:
@@ -607,6 +751,7 @@ class _Link:
     def cancel(self) -> None:
         """Stop at once: no flushing (the connection is being killed or is done)."""
         self._closing = True
+        self._out.clear()
         self._buffer.discard()
         for runtime in self._runtimes:
             runtime.stopped()
@@ -615,31 +760,25 @@ class _Link:
                 task.cancel()
         self._done.set()
 
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                data = await self._source.read(READ_SIZE)
-                if not data:
-                    break
-                await self._buffer.put(Chunk(data, self._loop.time()))
-        except OSError as exc:  # e.g. the peer reset: an end of stream like any other
-            logger.debug("link %s source ended: %s", self.stream, exc)
-        self._buffer.put_eof()
-
     async def _pump(self) -> None:
         try:
             while not self._closing:
-                chunk = await self._buffer.get()
+                item = self._buffer.get_nowait()
+                if item is False:
+                    self._flush()  # nothing more at hand: send what was gathered
+                    item = await self._buffer.get()
+                assert not isinstance(item, bool)
                 chain = tuple(self._runtimes)
-                if chunk is None:
+                if item is None:
                     await self.finish_through(chain)
                     return
-                await self.through(chain, 0, chunk)
+                await self.through(chain, 0, item)
         except OSError as exc:
             # The destination broke: nothing more can be delivered on this link.
             logger.debug("link %s destination failed: %s", self.stream, exc)
-            self._dest.transport.abort()
+            self._dest.abort()
             self._closing = True
+            self._out.clear()
             self._buffer.discard()
             self._done.set()
 
@@ -657,13 +796,23 @@ class _Link:
     async def _write(self, data: bytes) -> None:
         if self._dest.is_closing():
             raise ConnectionResetError("destination closed")
-        self._dest.write(data)
-        await self._dest.drain()
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= FLUSH_BYTES:
+            self._flush()
+            await self._dest.drain()
+
+    def _flush(self) -> None:
+        if not self._out or self._closing:
+            return
+        parts, self._out, self._out_bytes = self._out, [], 0
+        self._dest.writelines(parts)
 
     async def finish_through(self, chain: Sequence[_Runtime]) -> None:
         """End of stream: let ``chain`` see it (slow_close waits), then close."""
         if self._closing:
             return
+        self._flush()
         self._closing = True
         self._buffer.discard()
         for runtime in chain:
@@ -696,36 +845,26 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 class _Connection:
     """A client connection and its upstream connection, joined by two links."""
 
-    def __init__(
-        self,
-        proxy: _Proxy,
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    ) -> None:
-        self._writers = (client[1], upstream[1])
+    def __init__(self, proxy: _Proxy, client: _End, upstream: _End) -> None:
+        self._ends = (client, upstream)
         self.links = {
-            UPSTREAM: _Link(self, UPSTREAM, client[0], upstream[1], proxy.toxics_for(UPSTREAM)),
-            DOWNSTREAM: _Link(
-                self, DOWNSTREAM, upstream[0], client[1], proxy.toxics_for(DOWNSTREAM)
-            ),
+            UPSTREAM: _Link(self, UPSTREAM, client, upstream, proxy.toxics_for(UPSTREAM)),
+            DOWNSTREAM: _Link(self, DOWNSTREAM, upstream, client, proxy.toxics_for(DOWNSTREAM)),
         }
 
     async def run(self) -> None:
         try:
             await asyncio.gather(*(link.run() for link in self.links.values()))
         finally:
-            for writer in self._writers:
-                if not writer.is_closing():
-                    writer.close()
+            for end in self._ends:
+                end.close()
 
     def kill(self, *, rst: bool = False) -> None:
         """Drop both sockets now (RST if ``rst``, else close) and stop both links."""
         for link in self.links.values():
             link.cancel()
-        for writer in self._writers:
-            if rst:
-                _set_linger_zero(writer)
-            writer.transport.abort()
+        for end in self._ends:
+            end.abort(rst=rst)
 
     def reset(self) -> None:
         logger.debug("resetting connection (reset_peer)")
@@ -744,6 +883,7 @@ class _Proxy:
     toxics: list[Toxic] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _connections: set[_Connection] = field(default_factory=set)
+    _accepting: set[asyncio.Task[None]] = field(default_factory=set)
     _epoch: int = 0  # bumped on stop so in-flight accepts know they are stale
 
     def to_json(self) -> dict[str, Any]:
@@ -776,9 +916,10 @@ class _Proxy:
         if self.enabled:
             return
         host, port = split_hostport(self.listen)
+        loop = asyncio.get_running_loop()
         try:
-            server = await asyncio.start_server(
-                self._accept, host or None, port, reuse_address=True
+            server = await loop.create_server(
+                lambda: _End(on_made=self._accepted), host or None, port, reuse_address=True
             )
         except OSError as exc:
             raise ApiError(f"listen tcp {self.listen}: {exc.strerror or exc}", 500) from exc
@@ -798,26 +939,38 @@ class _Proxy:
         # Toxiproxy drops live connections when a proxy is disabled.
         for connection in list(self._connections):
             connection.kill()
+        for task in list(self._accepting):
+            task.cancel()
         if server is not None:
             await server.wait_closed()
         logger.info("proxy %s stopped", self.name)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accepted(self, client: _End) -> None:
+        task = asyncio.ensure_future(self._accept(client))
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+
+    async def _accept(self, client: _End) -> None:
         epoch = self._epoch
         host, port = split_hostport(self.upstream)
+        loop = asyncio.get_running_loop()
         try:
-            upstream = await asyncio.open_connection(host, port)
+            _, upstream = await loop.create_connection(_End, host, port)
         except OSError as exc:
             logger.warning("proxy %s: upstream %s unreachable: %s", self.name, self.upstream, exc)
-            writer.close()
+            client.close()
             return
+        except asyncio.CancelledError:
+            client.abort()
+            raise
         if epoch != self._epoch:  # disabled while we were dialling
-            upstream[1].transport.abort()
-            writer.transport.abort()
+            upstream.abort()
+            client.abort()
             return
-        connection = _Connection(self, (reader, writer), upstream)
+        connection = _Connection(self, client, upstream)
         self._connections.add(connection)
-        logger.debug("proxy %s: client %s", self.name, writer.get_extra_info("peername"))
+        assert client.transport is not None
+        logger.debug("proxy %s: client %s", self.name, client.transport.get_extra_info("peername"))
         try:
             await connection.run()
         except Exception:

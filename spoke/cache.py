@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -24,16 +25,23 @@ from protocol.chunks import chunk_bounds
 from protocol.digests import digest
 from protocol.manifest import Manifest, decode_manifest
 from service.metrics import Histogram
-from spoke.errors import ChunkCorrupt, HubTimeout, HubUnavailable, ObjectNotFound, VersionChanged
+from spoke.errors import (
+    ChunkCorrupt,
+    HubError,
+    HubTimeout,
+    HubUnavailable,
+    ObjectNotFound,
+    VersionChanged,
+)
 from spoke.fds import OpenChunks
-from spoke.flight import SingleFlight
+from spoke.flight import BufferPool, Filling, SingleFlight
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey
 from spoke.policy import EvictionPolicy
 from spoke.resident import Resident, ResidentSet
 from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
-from spoke.slots import PrioritySlots
+from spoke.slots import PrioritySlots, SlotClaim
 from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
 from spoke.ttlmap import TTLMap
@@ -41,8 +49,12 @@ from spoke.ttlmap import TTLMap
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# Hashing a chunk this large on the event loop would stall other requests.
+# Hashing a chunk this large on the event loop would stall other requests; xxh3
+# hashes a 4 MiB chunk in ~0.2 ms, less than the thread hop, so it stays inline.
 _INLINE_DIGEST_BYTES = 256 << 10
+_INLINE_DIGEST_BYTES_BY_ALG = {"xxh3-128": 64 << 20}
+# Chunk buffers of finished fills kept to use again (see flight.BufferPool).
+_POOLED_BUFFER_BYTES = 64 << 20
 _ACCESS_FLUSH_INTERVAL_S = 5.0
 # Reads up to this size of cached chunks are a pread on the event loop: chunks were
 # written here recently, so the page cache usually holds them and a pread is a
@@ -59,11 +71,13 @@ FETCH_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """A chunk ready to read: its bytes in memory (just fetched) or its name on disk."""
+    """A chunk ready to read: its bytes in memory (just fetched) or its name on disk,
+    or (``fill``, from :meth:`ChunkCache.stream`) on its way from the hub."""
 
     key: ChunkKey
     data: bytes | None
     hit: bool
+    fill: Filling | None = None
 
 
 class ChunkGone(Exception):
@@ -113,7 +127,11 @@ class ChunkCache:
         self._meta: TTLMap[str, Manifest] = TTLMap(maxsize=100_000, ttl_s=meta_ttl_s)
         # Last manifest seen per object, kept past the TTL for stale-if-error.
         self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
-        self._chunk_flights: SingleFlight[str, bytes] = SingleFlight()
+        self._chunk_flights: SingleFlight[str, None] = SingleFlight()
+        # Each chunk flight's bytes as they arrive, its claim on a fetch slot, its task.
+        self._fills: dict[str, tuple[Filling, SlotClaim, asyncio.Task[None]]] = {}
+        self._buffers = BufferPool(_POOLED_BUFFER_BYTES)
+        self._jitter = random.Random()
         self._manifest_flights: SingleFlight[str, tuple[Manifest, bool]] = SingleFlight()
         # Background fetches (pre-warm, read-ahead) get at most half the slots and
         # never one that a waiting loader could take.
@@ -330,13 +348,58 @@ class ChunkCache:
         if hit is not None:
             return hit
         key = ChunkKey.of(manifest, index)
-        name = key.name
         self.stats.misses += 1
-        if name in self._chunk_flights:
+        fill, task, joined = self._flight(key, manifest, tenant, background=False)
+        if joined:
+            self.stats.singleflight_joins += 1
+        await asyncio.shield(task)
+        return Chunk(key, fill.data(), False)
+
+    def stream(self, manifest: Manifest, index: int, tenant: str = "") -> Chunk:
+        """Chunk ``index`` as :meth:`get` finds it, without waiting for a fetch.
+
+        A hit is returned as by :meth:`get`; a miss starts (or joins) the hub fetch
+        and comes back at once with its :class:`Filling`, which the caller follows
+        as the bytes arrive. Counted as :meth:`get` counts.
+        """
+        hit = self.lookup(manifest, index)
+        return hit if hit is not None else self._miss(manifest, index, tenant)
+
+    def _miss(self, manifest: Manifest, index: int, tenant: str) -> Chunk:
+        key = ChunkKey.of(manifest, index)
+        self.stats.misses += 1
+        fill, _, joined = self._flight(key, manifest, tenant, background=False)
+        if joined:
             # Counted on joining, so waiters of a flight that then fails count too.
             self.stats.singleflight_joins += 1
-        data, _ = await self._chunk_flights.do(name, lambda: self._fill(key, manifest, tenant))
-        return Chunk(key, data, False)
+        return Chunk(key, None, False, fill)
+
+    def _flight(
+        self, key: ChunkKey, manifest: Manifest, tenant: str, background: bool
+    ) -> tuple[Filling, asyncio.Task[None], bool]:
+        """The flight of ``key``: joined if one runs (promoted if a loader now waits on it)."""
+        running = self._fills.get(key.name)
+        if running is not None:
+            fill, claim, task = running
+            if not background:
+                self._fetch_slots.promote(claim)
+            return fill, task, True
+        length = chunk_bounds(key.index, manifest.size, manifest.chunk_size).length
+        fill, claim = Filling(length, self._buffers), SlotClaim(background)
+        task, _ = self._chunk_flights.begin(
+            key.name, lambda: self._fill(key, manifest, tenant, fill, claim)
+        )
+        self._fills[key.name] = (fill, claim, task)
+        task.add_done_callback(lambda _: self._fill_ended(key.name, fill))
+        return fill, task, False
+
+    def _fill_ended(self, name: str, fill: Filling) -> None:
+        running = self._fills.get(name)
+        if running is not None and running[0] is fill:
+            del self._fills[name]
+        # A reader still waiting (the flight was cancelled) must not wait forever.
+        fill.fail(HubUnavailable("the chunk fetch was stopped"))
+        fill.settle()
 
     def worth_prefetching(self, manifest: Manifest, index: int) -> bool:
         """Whether a prefetched chunk would be kept: room is free, or the policy would
@@ -357,9 +420,8 @@ class ChunkCache:
         key = ChunkKey.of(manifest, index)
         if key.name in self._resident:
             return False
-        _, joined = await self._chunk_flights.do(
-            key.name, lambda: self._fill(key, manifest, "", background=True)
-        )
+        _, task, joined = self._flight(key, manifest, "", background=True)
+        await asyncio.shield(task)
         if not joined:
             self.stats.prefetched_chunks += 1
             self._prefetched[key.name] = None
@@ -381,47 +443,67 @@ class ChunkCache:
         return data
 
     async def _fill(
-        self, key: ChunkKey, manifest: Manifest, tenant: str, background: bool = False
-    ) -> bytes:
+        self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling, claim: SlotClaim
+    ) -> None:
+        """Fetch the chunk into ``fill``, verify it, hand the verdict to its readers,
+        then store it: readers never wait on the disk for their bytes."""
         name = key.name
-        if name in self._resident:  # filled by a flight that ended after our lookup
-            return await asyncio.get_running_loop().run_in_executor(None, self.store.read, name)
-        bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
-        # Fetch and verify before making room: a fill that fails (hub down) must not
-        # have evicted anything, and a fetch waiting on the WAN holds no reservation.
-        # (Found by the soak: outages used to cost cached chunks.)
-        data = await self._fetch(key, manifest, background)
-        victims, reserved = self._reserve(name, bounds.length, tenant)
         try:
-            await self._in_db(self._drop_files, victims, victims)
+            if name in self._resident:  # filled by a flight that ended after our lookup
+                loop = asyncio.get_running_loop()
+                fill.feed(await loop.run_in_executor(None, self.store.read, name))
+                fill.finish()
+                return
+            # Fetch and verify before making room: a fill that fails (hub down) must not
+            # have evicted anything, and a fetch waiting on the WAN holds no reservation.
+            # (Found by the soak: outages used to cost cached chunks.)
+            await self._fetch(key, manifest, fill, claim)
+        except BaseException as exc:
+            fill.fail(exc if isinstance(exc, Exception) else HubUnavailable("fetch stopped"))
+            raise
+        fill.finish()
+        victims, reserved = self._reserve(name, fill.length, tenant)
+        try:
+            if victims:
+                await self._in_db(self._drop_files, victims, victims)
             if reserved:
-                await self._publish_or_skip(key, manifest, data, tenant)
+                await self._publish_or_skip(key, manifest, fill.buffer, tenant)
             else:
                 self.stats.uncached_fills += 1
-            return data
         finally:
             if reserved:
-                self._release(tenant, bounds.length)
+                self._release(tenant, fill.length)
 
-    async def _fetch(self, key: ChunkKey, manifest: Manifest, background: bool) -> bytes:
-        """Fetch and verify one chunk, with retries; only verified bytes come back."""
+    async def _fetch(
+        self, key: ChunkKey, manifest: Manifest, fill: Filling, claim: SlotClaim
+    ) -> None:
+        """Fetch one chunk into ``fill`` and verify it, with retries.
+
+        An attempt that fails starts over only while no reader has taken bytes of
+        it; after that the failure is final (those readers' answers get cut).
+        """
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
 
-        async def attempt() -> bytes:
-            async with self._fetch_slots.slot(background=background):
-                self.stats.hub_fetches += 1
-                started = time.perf_counter()
-                try:
-                    data = await self.hub.fetch_range(key.path, key.etag, bounds)
-                finally:
-                    # Every attempt, failed ones too: a slow WAN must show here.
-                    self.fetch_latency.observe(time.perf_counter() - started)
-            self.stats.hub_bytes += len(data)
-            await self._verify(manifest, key.index, data)
-            return data
+        async def attempt() -> None:
+            fill.restart()
+            try:
+                async with self._fetch_slots.slot(claim=claim):
+                    self.stats.hub_fetches += 1
+                    started = time.perf_counter()
+                    try:
+                        await self.hub.fetch_into(key.path, key.etag, bounds, fill)
+                    finally:
+                        # Every attempt, failed ones too: a slow WAN must show here.
+                        self.fetch_latency.observe(time.perf_counter() - started)
+                self.stats.hub_bytes += bounds.length
+                await self._verify(manifest, key.index, fill.buffer)
+            except HubError as exc:
+                if fill.handed_out:
+                    exc.retryable = False  # readers have bytes of this attempt
+                raise
 
         try:
-            return await self._hub_call(attempt)
+            await self._hub_call(attempt)
         except VersionChanged:
             self.stats.fill_failures += 1
             self.invalidate(key.path)
@@ -432,15 +514,21 @@ class ChunkCache:
 
     async def _hub_call(self, call: Callable[[], Awaitable[T]]) -> T:
         return await call_with_retries(
-            call, policy=self.retry, breaker=self.breaker, counters=self.retry_counters
+            call, policy=self.retry, breaker=self.breaker, counters=self.retry_counters,
+            rng=self._jitter,  # one generator: a new one per call seeds from urandom
         )
 
-    async def _verify(self, manifest: Manifest, index: int, data: bytes) -> None:
-        if len(data) > _INLINE_DIGEST_BYTES:
+    async def _verify(
+        self, manifest: Manifest, index: int, data: bytes | bytearray
+    ) -> None:
+        inline = _INLINE_DIGEST_BYTES_BY_ALG.get(manifest.digest_alg, _INLINE_DIGEST_BYTES)
+        if len(data) > inline:
             loop = asyncio.get_running_loop()
-            actual = await loop.run_in_executor(None, digest, manifest.digest_alg, data)
+            actual = await loop.run_in_executor(
+                None, digest, manifest.digest_alg, memoryview(data)
+            )
         else:
-            actual = digest(manifest.digest_alg, data)
+            actual = digest(manifest.digest_alg, memoryview(data))
         if actual != manifest.digests[index]:
             self.stats.verify_failures += 1
             raise ChunkCorrupt(
@@ -511,7 +599,7 @@ class ChunkCache:
         return self._pinned_bytes
 
     async def _publish_or_skip(
-        self, key: ChunkKey, manifest: Manifest, data: bytes, tenant: str
+        self, key: ChunkKey, manifest: Manifest, data: bytes | bytearray, tenant: str
     ) -> None:
         """Store the chunk; if the disk refuses (full, read-only), serve it uncached."""
         try:
@@ -520,13 +608,30 @@ class ChunkCache:
             logger.warning("cannot store chunk %s of %s: %s", key.index, key.path, exc)
             self.stats.uncached_fills += 1
 
-    async def _publish(self, key: ChunkKey, manifest: Manifest, data: bytes, tenant: str) -> None:
+    async def _publish(
+        self, key: ChunkKey, manifest: Manifest, data: bytes | bytearray, tenant: str
+    ) -> None:
+        """Write the file (temp, fsync, rename) and its index row, then make it resident.
+
+        The two writes run side by side: a row whose file never landed (a crash, a
+        full disk) is dropped when the cache opens, and a failed write takes its row
+        back out here. Resident only once both are done.
+        """
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.store.write, key.name, data)
         now = time.time()
         row = ChunkRow(key.name, key.path, key.etag, len(data), manifest.digest_alg,
                        manifest.digests[key.index], now, now, tenant)
-        await self._in_db(self.index.add, row)
+        written = loop.run_in_executor(None, self.store.write, key.name, memoryview(data))
+        indexed = loop.run_in_executor(self._db, self.index.add, row)
+        file_error, row_error = await asyncio.gather(written, indexed, return_exceptions=True)
+        if file_error is not None or row_error is not None:
+            if row_error is None:
+                await self._in_db(self.index.remove, [key.name])
+            if file_error is None:
+                await loop.run_in_executor(None, self.store.delete, key.name)
+            error = file_error if file_error is not None else row_error
+            assert isinstance(error, BaseException)
+            raise error
         self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
         self._track(key.name, key.path, len(data))
 

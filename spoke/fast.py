@@ -139,7 +139,7 @@ async def _serve(
     )
     if primed:
         assert first is not None
-        await reader.prime(first)  # a failure here still gets a status
+        await reader.prime(first, prepared.plan.ranges[0])  # a failure still gets a status
     plan = prepared.plan
     reads.sending(prepared)
     conn.write(conn.head(plan.status, prepared.headers, head.keep_alive))

@@ -4,11 +4,16 @@ After groupcache's ``singleflight``. The call runs in its own task, so a waiter
 that goes away (a loader hanging up) cancels nothing the others wait on. The
 key is released as soon as the call finishes, so a failure reaches every waiter
 of that flight and the next caller starts afresh: no poisoned entry.
+
+:class:`Filling` is what a chunk flight fills while it runs: the chunk's bytes
+land in it in order as they arrive from the hub, so waiters can send the part
+they need before the rest has arrived, and learn the chunk's verdict at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -26,14 +31,19 @@ class SingleFlight(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._flights)
 
+    def begin(self, key: K, call: Callable[[], Awaitable[V]]) -> tuple[asyncio.Task[V], bool]:
+        """Start ``call`` unless a call for ``key`` runs; returns (its task, joined one)."""
+        task = self._flights.get(key)
+        if task is not None:
+            return task, True
+        task = asyncio.ensure_future(call())
+        self._flights[key] = task
+        task.add_done_callback(lambda t: self._release(key, t))
+        return task, False
+
     async def do(self, key: K, call: Callable[[], Awaitable[V]]) -> tuple[V, bool]:
         """Run ``call`` once per key at a time; returns (result, joined an existing flight)."""
-        task = self._flights.get(key)
-        joined = task is not None
-        if task is None:
-            task = asyncio.ensure_future(call())
-            self._flights[key] = task
-            task.add_done_callback(lambda t: self._release(key, t))
+        task, joined = self.begin(key, call)
         return await asyncio.shield(task), joined
 
     async def wait_idle(self, timeout_s: float) -> None:
@@ -52,3 +62,164 @@ class SingleFlight(Generic[K, V]):
             del self._flights[key]
         if not task.cancelled():
             task.exception()  # mark retrieved: waiters may all have gone away
+
+
+class BufferPool:
+    """Chunk buffers to use again, up to ``limit_bytes`` of them.
+
+    A new 4 MiB ``bytearray`` costs a zero-fill and a page fault per page (on some
+    VMs far more than the copy it is for); a fill takes one from here instead, and
+    its buffer comes back when the fill is gone (nothing refers to it any more:
+    readers copy out what they send, so no view of it outlives the fill).
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.pooled_bytes = 0
+        self._free: dict[int, list[bytearray]] = {}
+
+    def take(self, length: int) -> bytearray:
+        free = self._free.get(length)
+        if free:
+            self.pooled_bytes -= length
+            return free.pop()
+        return bytearray(length)
+
+    def give(self, buffer: bytearray) -> None:
+        if self.pooled_bytes + len(buffer) <= self.limit_bytes:
+            self._free.setdefault(len(buffer), []).append(buffer)
+            self.pooled_bytes += len(buffer)
+
+
+class Filling:
+    """A chunk on its way from the hub: its bytes, in order, as far as they arrived.
+
+    ``received`` bytes at the start of :attr:`buffer` belong to the current attempt.
+    Readers :meth:`wait` for the bytes they need and :meth:`take` them; the first
+    take marks the fill *handed out*, after which the attempt may no longer start
+    over (a reader has bytes of it) and a failure must reach that reader as a cut
+    connection. The fill ends :meth:`verified` (the bytes matched the manifest
+    digest) or :meth:`fail`\\ ed; a reader must see the verdict before it sends the
+    last bytes of its part, so an unverified chunk is never served as complete.
+    The fill is :meth:`settle`\\ d when its flight is over: the chunk is then stored
+    (or could not be).
+    Bytes below ``received`` are never rewritten once handed out. A view from
+    :meth:`take` is valid while the fill is referenced: copy what must outlive it.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_view",
+        "_waiters",
+        "buffer",
+        "error",
+        "handed_out",
+        "length",
+        "received",
+        "settled",
+        "verified",
+    )
+
+    def __init__(self, length: int, pool: BufferPool | None = None) -> None:
+        self.length = length
+        self.buffer = pool.take(length) if pool is not None else bytearray(length)
+        if pool is not None:
+            weakref.finalize(self, pool.give, self.buffer)
+        self._view = memoryview(self.buffer)
+        self.received = 0
+        self.handed_out = False
+        self.verified = False
+        self.settled = False
+        self.error: Exception | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.verified or self.error is not None
+
+    # -- the fetch's side ---------------------------------------------------
+
+    def restart(self) -> None:
+        """Start a new attempt from the first byte (only while nothing was handed out)."""
+        if self.handed_out:
+            raise RuntimeError("a handed-out fill cannot start over")
+        self.received = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        end = self.received + len(data)
+        if end > self.length:
+            raise ValueError(f"{end} bytes for a {self.length}-byte chunk")
+        self._view[self.received : end] = data
+        self.advance(len(data))
+
+    def space(self) -> memoryview:
+        """Where the next bytes go (received in place, then :meth:`advance`)."""
+        return self._view[self.received :]
+
+    def advance(self, nbytes: int) -> None:
+        """``nbytes`` more arrived at the start of :meth:`space`."""
+        self.received += nbytes
+        if self._waiters:
+            self._wake()
+
+    def finish(self) -> None:
+        """All bytes arrived and passed verification."""
+        self.verified = True
+        self._wake()
+
+    def fail(self, error: Exception) -> None:
+        if not self.done:
+            self.error = error
+        self._wake()
+
+    def settle(self) -> None:
+        """The flight is over: the chunk is on disk and indexed, or will not be."""
+        self.settled = True
+        self._wake()
+
+    # -- the readers' side --------------------------------------------------
+
+    async def wait(self, target: int) -> None:
+        """Until ``target`` bytes arrived (or the chunk is verified); raises its error."""
+        while True:
+            if self.error is not None:
+                raise self.error
+            if self.received >= target or self.verified:
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append((target, waiter))
+            await waiter
+
+    async def wait_verified(self) -> None:
+        """Until the verdict; raises the fill's error if it failed."""
+        await self.wait(self.length + 1)
+
+    async def wait_settled(self) -> None:
+        """Until the flight is over, whatever its outcome."""
+        while not self.settled:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append((self.length + 1, waiter))
+            await waiter
+
+    def take(self, start: int, stop: int) -> memoryview | None:
+        """Bytes ``[start, stop)`` as far as they arrived, or None if none of them did."""
+        stop = min(stop, self.received)
+        if stop <= start:
+            return None
+        self.handed_out = True
+        return self._view[start:stop]
+
+    def data(self) -> bytes:
+        """A copy of the whole (verified) chunk."""
+        return bytes(self.buffer)
+
+    def _wake(self) -> None:
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for target, waiter in self._waiters:
+            if waiter.done():
+                continue
+            if self.received >= target or self.done or self.settled:
+                waiter.set_result(None)
+            else:
+                keep.append((target, waiter))
+        self._waiters = keep

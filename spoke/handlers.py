@@ -55,7 +55,7 @@ async def _serve(
     claims = request.get(CLAIMS)
     reader = reads.reader(manifest, claims.tenant if claims is not None else "")
     if prepared.first_chunk is not None:
-        await reader.prime(prepared.first_chunk)
+        await reader.prime(prepared.first_chunk, prepared.plan.ranges[0])
 
     async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
         await reader.write(r, response.write)

@@ -1,22 +1,39 @@
 """Stream object ranges to a loader from the cache, chunk by chunk, in order.
 
 Missing chunks ahead of the reader are fetched concurrently (a bounded window),
-while bytes go out strictly in order and no more than one chunk per window slot
-is held in memory.
+while bytes go out strictly in order. A chunk on its way from the hub is sent
+as its bytes arrive, not once it is whole: only the last
+:data:`VERDICT_HOLD_BYTES` of each chunk's part wait for the chunk's digest
+check, so an answer can never end normally with unverified bytes. If the
+check fails, or the hub connection breaks, the write raises and the caller cuts
+the connection: the loader sees a short body, never wrong bytes passed as whole.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 from protocol.chunks import ChunkSlice, chunk_slices
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
 from spoke.cache import Chunk, ChunkCache, ChunkGone
+from spoke.flight import Filling
 
 # Bounded so a 4 MiB slice of a cached chunk never sits in memory at once.
 WRITE_BLOCK_BYTES = 1 << 20
+# The tail of each chunk's part that is sent only once the chunk is verified. A
+# part no longer than this (a small sample, or a whole small chunk) goes out only
+# verified, as a whole; and a chunk this small is resolved before the headers, so
+# its failures still get an error status.
+VERDICT_HOLD_BYTES = 64 << 10
+# Whether an answer's last bytes wait until the chunks it fetched are stored (file
+# fsynced and renamed, index row written): then an answer that has ended means its
+# chunks are cached, which loaders re-reading a range (and /stats) can rely on. It
+# costs an answer's end the store's latency (a few ms), never its other bytes.
+SETTLE_BEFORE_END = True
+# A reader following a fill wakes when this much more has arrived (or the part's
+# end has), so it does not pay a wake-up per network read.
+STREAM_STEP_BYTES = 256 << 10
 
 Write = Callable[[bytes], Awaitable[None]]
 
@@ -33,39 +50,72 @@ class RangeReader:
         self.tenant = tenant
         self._primed: dict[int, Chunk] = {}
 
-    async def prime(self, index: int) -> None:
-        """Resolve chunk ``index`` now, so a failure can still become an error status."""
-        self._primed[index] = await self.cache.get(self.manifest, index, self.tenant)
+    async def prime(self, index: int, first: ByteRange | None = None) -> None:
+        """Resolve chunk ``index`` now, so a failure can still become an error status.
+
+        A cached chunk is looked up; a missing one is fetched until the hub has
+        answered and its first bytes arrived. If the answer's first part of the chunk
+        (from ``first``, the answer's first range, when given) is no longer than
+        :data:`VERDICT_HOLD_BYTES`, until the chunk is verified: that part is sent
+        only verified anyway, and a chunk failing its check then gets a status, not
+        a cut connection.
+        """
+        chunk = self.cache.stream(self.manifest, index, self.tenant)
+        self._primed[index] = chunk
+        fill = chunk.fill
+        if fill is None:
+            return
+        part = fill.length
+        if first is not None:
+            head = next(chunk_slices(first, self.manifest.size, self.manifest.chunk_size), None)
+            if head is not None and head.index == index:
+                part = head.length
+        if part <= VERDICT_HOLD_BYTES:
+            await fill.wait_verified()
+        else:
+            await fill.wait(1)
 
     async def write(self, r: ByteRange, write: Write) -> None:
         slices = list(chunk_slices(r, self.manifest.size, self.manifest.chunk_size))
-        ahead: dict[int, asyncio.Task[Chunk]] = {}
-        try:
-            for i, s in enumerate(slices):
-                self._start_ahead(slices[i + 1 : i + 1 + self.readahead], ahead)
-                chunk = await (ahead.pop(s.index) if s.index in ahead else self._chunk(s.index))
-                await self._write_slice(chunk, s, write)
-        finally:
-            for task in ahead.values():
-                task.cancel()  # the fetch itself is shielded and still gets cached
+        chunks: dict[int, Chunk] = {}  # by position in ``slices``, started and not yet sent
+        fetched: list[tuple[int, Filling]] = []  # (position, fill) this answer reads from
+        last = len(slices) - 1
+        for i, s in enumerate(slices):
+            # Settled fills are let go (their buffers can serve other fills).
+            fetched = [(pos, fill) for pos, fill in fetched if not fill.settled]
+            # The window starts at the oldest chunk whose fill is not settled: a chunk
+            # sent but still being stored counts, so a slow disk slows the fetches.
+            base = min([i, *(pos for pos, _ in fetched)])
+            for j in range(i, max(i + 1, base + 1 + self.readahead)):
+                if j < len(slices) and j not in chunks and (
+                    j == i or not self._cached(slices[j].index)
+                ):
+                    chunks[j] = self._chunk(slices[j].index)
+                    fill = chunks[j].fill
+                    if fill is not None:
+                        fetched.append((j, fill))
+            settle = [f for _, f in fetched] if SETTLE_BEFORE_END and i == last else None
+            await self._write_slice(chunks.pop(i), s, write, settle)
+        # Fetches started ahead and not reached (the loader went away) still land
+        # in the cache: the flights do not depend on this reader.
 
-    def _start_ahead(
-        self, upcoming: list[ChunkSlice], ahead: dict[int, asyncio.Task[Chunk]]
-    ) -> None:
-        for s in upcoming:
-            if s.index in ahead or self.cache.is_cached(self.manifest, s.index):
-                continue
-            task = asyncio.ensure_future(self.cache.get(self.manifest, s.index, self.tenant))
-            task.add_done_callback(_retrieve)
-            ahead[s.index] = task
+    def _cached(self, index: int) -> bool:
+        return index not in self._primed and self.cache.is_cached(self.manifest, index)
 
-    async def _chunk(self, index: int) -> Chunk:
+    def _chunk(self, index: int) -> Chunk:
         primed = self._primed.pop(index, None)
         if primed is not None:
             return primed
-        return await self.cache.get(self.manifest, index, self.tenant)
+        return self.cache.stream(self.manifest, index, self.tenant)
 
-    async def _write_slice(self, chunk: Chunk, s: ChunkSlice, write: Write) -> None:
+    async def _write_slice(
+        self, chunk: Chunk, s: ChunkSlice, write: Write, settle: list[Filling] | None
+    ) -> None:
+        """Send part ``s`` of ``chunk``; with ``settle``, its last bytes only once
+        those fills are settled (their chunks stored)."""
+        if chunk.fill is not None:
+            await self._write_filling(chunk.fill, s, write, settle)
+            return
         offset = s.start
         while offset < s.stop:
             stop = min(s.stop, offset + WRITE_BLOCK_BYTES)
@@ -73,8 +123,16 @@ class RangeReader:
                 data = await self.cache.read(chunk, offset, stop)
             except ChunkGone:
                 # Evicted between lookup and read: fetch it again (same version).
-                chunk = await self.cache.get(self.manifest, s.index, self.tenant)
+                chunk = self.cache.stream(self.manifest, s.index, self.tenant)
+                if chunk.fill is not None:
+                    if settle is not None:
+                        settle.append(chunk.fill)
+                    rest = ChunkSlice(s.index, offset, s.stop)
+                    await self._write_filling(chunk.fill, rest, write, settle)
+                    return
                 continue
+            if settle and stop == s.stop:
+                await _settled(settle)
             await write(data)
             if chunk.hit:
                 self.cache.stats.bytes_served_hit += len(data)
@@ -82,7 +140,30 @@ class RangeReader:
                 self.cache.stats.bytes_served_miss += len(data)
             offset = stop
 
+    async def _write_filling(
+        self, fill: Filling, s: ChunkSlice, write: Write, settle: list[Filling] | None
+    ) -> None:
+        """Send part ``s`` of a chunk being fetched, as its bytes arrive."""
+        offset = s.start
+        held = max(s.start, s.stop - VERDICT_HOLD_BYTES)
+        while offset < s.stop:
+            if offset >= held:
+                await fill.wait_verified()
+                if settle:
+                    await _settled(settle)
+                limit = s.stop
+            else:
+                await fill.wait(min(held, offset + STREAM_STEP_BYTES))
+                limit = held
+            view = fill.take(offset, min(limit, offset + WRITE_BLOCK_BYTES))
+            if view is None:
+                continue  # the attempt started over; wait for its bytes
+            data = bytes(view)
+            await write(data)
+            self.cache.stats.bytes_served_miss += len(data)
+            offset += len(data)
 
-def _retrieve(task: asyncio.Task[Chunk]) -> None:
-    if not task.cancelled():
-        task.exception()  # read-ahead failures surface when the reader gets there
+
+async def _settled(fills: list[Filling]) -> None:
+    for fill in fills:
+        await fill.wait_settled()

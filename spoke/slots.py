@@ -3,7 +3,9 @@
 Hub fetches for a loader waiting on a read are *demand*; pre-warm and read-ahead
 fetches are *background*. Background work may use at most ``background_limit``
 slots and never takes a slot while demand is waiting, so prefetch can only use
-the link's spare capacity.
+the link's spare capacity. A background :class:`SlotClaim` that a loader comes to
+wait on (it joined a read-ahead fetch) is :meth:`~PrioritySlots.promote`\\ d: it
+queues, or counts, as demand from then on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 
+class SlotClaim:
+    """One wish for a slot, from asking until release."""
+
+    __slots__ = ("background", "held", "held_background", "waiter")
+
+    def __init__(self, background: bool) -> None:
+        self.background = background
+        self.waiter: asyncio.Future[None] | None = None
+        self.held = False
+        self.held_background = False
+
+
 class PrioritySlots:
     def __init__(self, capacity: int, background_limit: int) -> None:
         if capacity < 1 or background_limit < 1:
@@ -22,38 +36,71 @@ class PrioritySlots:
         self.background_limit = min(background_limit, capacity)
         self.in_use = 0
         self.background_in_use = 0
-        self._demand: deque[asyncio.Future[None]] = deque()
-        self._background: deque[asyncio.Future[None]] = deque()
+        self._demand: deque[SlotClaim] = deque()
+        self._background: deque[SlotClaim] = deque()
 
     @asynccontextmanager
-    async def slot(self, *, background: bool = False) -> AsyncIterator[None]:
-        await self.acquire(background=background)
+    async def slot(
+        self, *, background: bool = False, claim: SlotClaim | None = None
+    ) -> AsyncIterator[None]:
+        """Hold a slot for the block; ``claim`` (made by the caller) can be promoted meanwhile."""
+        claim = claim if claim is not None else SlotClaim(background)
+        await self.take(claim)
         try:
             yield
         finally:
-            self.release(background=background)
+            self.give_back(claim)
 
     async def acquire(self, *, background: bool = False) -> None:
-        if self._may_take(background):
-            self._take(background)
-            return
-        waiters = self._background if background else self._demand
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters.append(waiter)
-        try:
-            await waiter  # _wake() takes the slot on our behalf before resolving
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release(background=background)  # woken and cancelled at once
-            else:
-                waiters.remove(waiter)
-            raise
+        await self.take(SlotClaim(background))
 
     def release(self, *, background: bool = False) -> None:
         self.in_use -= 1
         if background:
             self.background_in_use -= 1
         self._wake()
+
+    async def take(self, claim: SlotClaim) -> None:
+        if self._may_take(claim.background):
+            self._take(claim)
+            return
+        claim.waiter = asyncio.get_running_loop().create_future()
+        (self._background if claim.background else self._demand).append(claim)
+        try:
+            await claim.waiter  # _wake() takes the slot on our behalf before resolving
+        except asyncio.CancelledError:
+            if claim.held:
+                self.give_back(claim)  # woken and cancelled at once
+            else:
+                self._forget(claim)
+            raise
+        finally:
+            claim.waiter = None
+
+    def give_back(self, claim: SlotClaim) -> None:
+        if not claim.held:
+            return
+        claim.held = False
+        self.release(background=claim.held_background)
+
+    def promote(self, claim: SlotClaim) -> None:
+        """A loader now waits on ``claim``'s work: from now on it counts as demand."""
+        if not claim.background:
+            return
+        claim.background = False
+        if claim.held:
+            if claim.held_background:
+                claim.held_background = False
+                self.background_in_use -= 1
+        elif claim.waiter is not None:
+            self._background.remove(claim)
+            self._demand.append(claim)
+        self._wake()
+
+    def _forget(self, claim: SlotClaim) -> None:
+        for queue in (self._demand, self._background):
+            if claim in queue:
+                queue.remove(claim)
 
     def _may_take(self, background: bool) -> bool:
         if self.in_use >= self.capacity:
@@ -62,19 +109,21 @@ class PrioritySlots:
             return True
         return not self._demand and self.background_in_use < self.background_limit
 
-    def _take(self, background: bool) -> None:
+    def _take(self, claim: SlotClaim) -> None:
         self.in_use += 1
-        if background:
+        claim.held = True
+        claim.held_background = claim.background
+        if claim.background:
             self.background_in_use += 1
 
     def _wake(self) -> None:
         while self._demand and self.in_use < self.capacity:
-            self._hand_over(self._demand.popleft(), background=False)
+            self._hand_over(self._demand.popleft())
         while self._background and self._may_take(True):
-            self._hand_over(self._background.popleft(), background=True)
+            self._hand_over(self._background.popleft())
 
-    def _hand_over(self, waiter: asyncio.Future[None], *, background: bool) -> None:
-        if waiter.done():
+    def _hand_over(self, claim: SlotClaim) -> None:
+        if claim.waiter is None or claim.waiter.done():
             return
-        self._take(background)
-        waiter.set_result(None)
+        self._take(claim)
+        claim.waiter.set_result(None)

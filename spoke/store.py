@@ -20,6 +20,12 @@ import secrets
 
 _TMP = "tmp"
 _CHUNKS = "chunks"
+# Chunk files are written this much per system call. One write(2) of a whole 4 MiB
+# chunk makes the kernel (6.x, ext4 with large folios) fill the page cache with 2 MiB
+# folios, and on a VM whose free memory goes back to the host those cost a host
+# fault per folio page: 4 MiB in one write took 8-13 ms of system time on the CI VM,
+# against ~2.3 ms in 1 MiB writes (measured side by side, fsync included).
+WRITE_PIECE_BYTES = 1 << 20
 
 
 class ChunkStore:
@@ -40,7 +46,7 @@ class ChunkStore:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view[:WRITE_PIECE_BYTES]):]
             # Without fsync a power cut could publish the name before the bytes.
             os.fsync(fd)
         except BaseException:
