@@ -20,14 +20,20 @@ from typing import Any
 import aiohttp
 import pytest
 
-from hub.backend import FilesystemBackend, ObjectInfo, OpenObject
+from hub.backend import OpenObject
 from hub.config import HubConfig
 from protocol.ranges import ByteRange
 from spoke.config import SpokeConfig
 from spoke.errors import ChunkCorrupt
 from spoke.handlers import CACHE
 from spoke.reader import RangeReader
-from tests.support.servers import RunningServer, start_hub, start_spoke, write_dataset
+from tests.support.servers import (
+    GatedBackend,
+    RunningServer,
+    start_hub,
+    start_spoke,
+    write_dataset,
+)
 
 CHUNK = 2 << 20  # the hub reads 1 MiB at a time: two reads per chunk
 HALF = CHUNK // 2
@@ -37,26 +43,14 @@ SIZE = 2 * CHUNK
 HANG_S = 30.0
 
 
-class HalfGate:
+class HalfGate(GatedBackend):
     """The real filesystem backend; reads of the second half of a chunk are held at
     ``gate`` until it opens, and can be made to fail or to come back corrupted."""
 
     def __init__(self, root: str) -> None:
-        self.inner = FilesystemBackend(root)
-        self.gate = threading.Event()
-        self.gate.set()
+        super().__init__(root)
         self.holding = threading.Event()  # a second-half read waits at the gate
         self.fail = False
-        self.corrupt = False
-
-    def stat(self, path: str) -> ObjectInfo:
-        return self.inner.stat(path)
-
-    def list(self, prefix: str) -> list[ObjectInfo]:
-        return self.inner.list(prefix)
-
-    def still_current(self, info: ObjectInfo) -> bool:
-        return self.inner.still_current(info)
 
     def open(self, path: str) -> OpenObject:
         return _HalfGated(self, self.inner.open(path))
