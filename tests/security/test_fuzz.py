@@ -131,6 +131,9 @@ def _take_reply(buf: bytes, head_request: bool, eof: bool) -> tuple[Reply, bytes
     return (Reply(status, head, rest), b"") if eof else None  # delimited by the close
 
 
+MID_ANSWER_WAIT_S = 15.0
+
+
 async def exchange(port: int, payload: bytes, *, wait: float = 2.0, idle: float = 0.05,
                    pieces: list[tuple[float, bytes]] | None = None) -> Exchange:
     """Send ``payload`` (then each ``(delay, bytes)`` of ``pieces``), read the answers.
@@ -162,8 +165,11 @@ async def exchange(port: int, payload: bytes, *, wait: float = 2.0, idle: float 
         buf = b""
         while True:
             answered = any(r.status >= 200 for r in result.replies) and not buf
+            # Part of an answer in hand: the server is sending, not waiting for us; a busy
+            # machine (the whole suite at once) may take seconds to go on.
+            timeout = idle if answered else MID_ANSWER_WAIT_S if buf else wait
             try:
-                data = await asyncio.wait_for(reader.read(1 << 16), idle if answered else wait)
+                data = await asyncio.wait_for(reader.read(1 << 16), timeout)
             except TimeoutError:
                 if answered:
                     break
