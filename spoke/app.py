@@ -147,7 +147,10 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
     cache = ChunkCache(
         store=store,
         index=index,
-        policy=PlanAwarePolicy(make_policy(config.policy, config.capacity_bytes), plans.next_use),
+        policy=PlanAwarePolicy(
+            make_policy(config.policy, config.capacity_bytes), plans.next_use,
+            owner=plans.owner,
+        ),
         hub=hub,
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,

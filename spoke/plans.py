@@ -169,6 +169,16 @@ class PlanRegistry:
             return math.inf
         return min(plan.next_use(name) for plan in self._plans.values())
 
+    def owner(self, name: object) -> str | None:
+        """The plan that needs chunk ``name`` soonest; None if no plan needs it again."""
+        best: tuple[float, str] | None = None
+        if isinstance(name, str):
+            for plan_id, plan in self._plans.items():
+                distance = plan.next_use(name)
+                if not math.isinf(distance) and (best is None or distance < best[0]):
+                    best = (distance, plan_id)
+        return None if best is None else best[1]
+
     async def create(self, reads: Iterable[PlannedRead]) -> ReadPlan:
         manifests: dict[str, Manifest] = {}
         planned: list[tuple[int, int]] = []

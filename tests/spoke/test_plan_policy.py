@@ -152,3 +152,59 @@ def test_a_used_up_plan_hands_keys_back_to_eviction() -> None:
     distances["a"] = math.inf  # the plan read it for the last time
     policy.touch("a")
     assert policy.evict("new") == "a"
+
+
+# --- several plans share the planned part of the cache fairly ------------------------
+
+
+def two_plans() -> tuple[dict[str, float], dict[str, str]]:
+    """Plan A needs a0..a9 soon (distances 1..10); plan B needs b0..b9 only later (100..109)."""
+    distances = {f"a{i}": float(i + 1) for i in range(10)}
+    distances |= {f"b{i}": float(100 + i) for i in range(10)}
+    owners = {key: key[0].upper() for key in distances}
+    return distances, owners
+
+
+def fill_with(policy: PlanAwarePolicy[str], keys: list[str]) -> list[str | None]:
+    """Admit each key, evicting while full; returns the victims (None: declined)."""
+    victims: list[str | None] = []
+    for key in keys:
+        policy.admit(key)
+        while policy.resident_bytes + 1 > policy.capacity_bytes:
+            victim = policy.evict(key)
+            victims.append(victim)
+            if victim is None:
+                break
+        else:
+            policy.insert(key, 1)
+    return victims
+
+
+def test_belady_alone_lets_the_plan_with_the_nearer_future_keep_everything() -> None:
+    distances, _ = two_plans()
+    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances))
+    fill_with(policy, [f"a{i}" for i in range(10)])
+    assert fill_with(policy, [f"b{i}" for i in range(10)]) == [None] * 10  # all declined
+    assert sorted(policy.keys()) == sorted(f"a{i}" for i in range(10))
+
+
+def test_a_plan_under_its_fair_share_takes_room_from_one_over_its_own() -> None:
+    distances, owners = two_plans()
+    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances), owner=owners.get)
+    fill_with(policy, [f"a{i}" for i in range(10)])
+    victims = fill_with(policy, [f"b{i}" for i in range(10)])
+    # Fair share: 90 % of 10 chunks over 2 plans = 4.5 each. B takes room until it holds
+    # 5 (past its share), A keeps the 5 it needs soonest; then Belady declines the rest.
+    assert victims[:5] == ["a9", "a8", "a7", "a6", "a5"]
+    assert set(victims[5:]) == {None}
+    resident = set(policy.keys())
+    assert resident == {f"a{i}" for i in range(5)} | {f"b{i}" for i in range(5)}
+    assert policy.fair_evictions == 5
+
+
+def test_one_plan_is_plain_belady() -> None:
+    distances, _ = two_plans()
+    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances), owner=lambda key: "A")
+    fill_with(policy, [f"a{i}" for i in range(10)])
+    assert fill_with(policy, [f"b{i}" for i in range(10)]) == [None] * 10
+    assert policy.fair_evictions == 0
