@@ -162,9 +162,10 @@ CONNECTIONS = web.AppKey("connection_limits", ConnectionLimits)
 class LimitedRequestHandler(RequestHandler):
     """aiohttp's connection protocol, plus the per-client connection cap and header timeout.
 
-    Reads three private attributes of ``RequestHandler`` (``_request_count``, ``_messages``,
-    ``_upgraded``; checked against aiohttp 3.14) because aiohttp has no public hook for
-    "a request's headers are parsed"; tests/security/test_limits.py pins the behaviour.
+    Reads four private attributes of ``RequestHandler`` (``_request_count``, ``_messages``,
+    ``_upgraded``, ``_current_request``; checked against aiohttp 3.14) because aiohttp has
+    no public hook for "a request's headers are parsed"; tests/security/test_limits.py pins
+    the behaviour.
     """
 
     __slots__ = ("_client", "_header_timer", "_last_payload", "_limits")
@@ -230,7 +231,10 @@ class LimitedRequestHandler(RequestHandler):
         self._header_timer = None
         if self.transport is None:
             return
-        if self._messages:  # complete requests wait for the server: not the client's delay
+        if self._messages or self._current_request is not None:
+            # A complete request waits for, or is being answered by, the server: not the
+            # client's delay. (Armed for the start of the next request, which came in the
+            # same read, the timer must not cut the answer in flight.)
             self._arm()
             return
         self._limits.header_timeouts += 1

@@ -262,3 +262,24 @@ def test_limit_flags_and_environment() -> None:
         ["serve", "--hub", "http://h", "--cache-dir", "/c", "--capacity", "1GiB"],
         {"HUBSPOKE_MAX_CONNECTIONS_PER_CLIENT": "9", "HUBSPOKE_HEADER_TIMEOUT": "0.5"}))
     assert (spoke.max_connections_per_client, spoke.header_timeout_s) == (9, 0.5)
+
+
+async def test_the_header_timeout_never_cuts_an_answer_in_flight(dataset: Dataset) -> None:
+    """The start of the next request came with this one, arming the header timer; the
+    answer then takes longer than the timeout (the hub's read held): it still completes."""
+    gated = GatedBackend(str(dataset[0]))
+    hub = await start_hub(
+        HubConfig(root=str(dataset[0]), chunk_size=CHUNK, header_timeout_s=0.3), gated
+    )
+    try:
+        gated.gate.clear()
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(hub))
+        writer.write(GET_SMALL + b"GET /objects/ds/sm")
+        assert await asyncio.to_thread(gated.waiting.acquire, True, 5)  # the read is held
+        await asyncio.sleep(1.0)  # over three header timeouts
+        gated.gate.set()
+        assert b" 200 " in await _read_response(reader)
+        writer.close()
+    finally:
+        gated.gate.set()
+        await hub.stop()
