@@ -44,7 +44,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -54,7 +54,8 @@ import aiohttp
 from loadtest.dataset import SAMPLE_BYTES, generate
 from loadtest.procs import Process, start_process
 from loadtest.simulate import Req, Result, opt, policy_factories, shuffled_epochs, simulate
-from protocol.sizes import format_size, parse_size
+from protocol.sizes import format_size
+from service.cli import positive, size_arg
 from spoke.policy import POLICY_NAMES
 
 TRAIN, SCAN = "train", "scan"
@@ -344,16 +345,6 @@ def _policies(text: str) -> list[str]:
     return names
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0: {text}")
-        return value
-
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.scan_epochs", description=__doc__,
@@ -361,22 +352,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="demo-data",
                         help="where the generated datasets are kept (reused across runs)")
     parser.add_argument("--policies", type=_policies, default=["lru", "arc", "s3fifo", "wtinylfu"])
-    parser.add_argument("--train-chunks", type=_positive(int), default=256,
+    parser.add_argument("--train-chunks", type=positive(int), default=256,
                         help="chunks in the training set")
-    parser.add_argument("--chunk-size", type=_positive(parse_size), default=1 << 20)
-    parser.add_argument("--shard-chunks", type=_positive(int), default=16,
+    parser.add_argument("--chunk-size", type=positive(size_arg), default=1 << 20)
+    parser.add_argument("--shard-chunks", type=positive(int), default=16,
                         help="chunks per generated shard file")
-    parser.add_argument("--epochs", type=_positive(int), default=6)
+    parser.add_argument("--epochs", type=positive(int), default=6)
     parser.add_argument("--scan-ratio", type=float, default=1.0,
                         help="scan chunks per training read (per epoch: ratio x training set)")
-    parser.add_argument("--cache-fraction", type=_positive(float), default=1.1,
+    parser.add_argument("--cache-fraction", type=positive(float), default=1.1,
                         help="spoke capacity as a fraction of the training set")
     parser.add_argument("--seed", type=int, default=1, help="seed of the epochs' shuffles")
-    parser.add_argument("--workers", type=_positive(int), default=1,
+    parser.add_argument("--workers", type=positive(int), default=1,
                         help="concurrent readers (1: the trace's exact order, deterministic)")
     parser.add_argument("--seq-readahead", type=int, default=0,
                         help="the spoke's --seq-readahead (0: off, as in the simulator)")
-    parser.add_argument("--verify-every", type=_positive(int), default=1,
+    parser.add_argument("--verify-every", type=positive(int), default=1,
                         help="compare every N-th body with the data")
     parser.add_argument("--hash-seed", default="0", help="PYTHONHASHSEED of the servers")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import os
 import socket
@@ -432,6 +433,7 @@ def _set_once(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+@functools.cache  # a handful of statuses, looked up on every answer
 def _reason(status: int) -> str:
     try:
         return HTTPStatus(status).phrase

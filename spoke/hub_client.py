@@ -170,20 +170,6 @@ class HubClient:
             raise BadGateway(f"hub sent the manifest of {manifest.path!r} for {path!r}")
         return manifest, body
 
-    async def fetch_range(self, path: str, etag: str, r: ByteRange) -> bytes:
-        """Bytes ``r`` of version ``etag`` of ``path``; never fewer, never another version."""
-        headers = {"Range": range_header(r), "If-Match": etag}
-        async with self._get(self._url("objects", path), headers) as response:
-            await _expect(response, (200, 206), path)
-            if response.headers.get("ETag") != etag:
-                raise VersionChanged(f"{path} changed at the hub")
-            body = await response.read()
-        if response.status == 200:
-            body = body[r.start : r.stop]  # a hub may ignore Range for a whole-object read
-        if len(body) != r.length:
-            raise BadGateway(f"hub sent {len(body)} bytes of {path} for a {r.length}-byte range")
-        return body
-
     async def stream_range(self, path: str, etag: str, r: ByteRange, sink: Sink) -> None:
         """Pass bytes ``r`` of version ``etag`` of ``path`` to ``sink`` as they arrive.
 

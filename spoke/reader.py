@@ -26,11 +26,6 @@ WRITE_BLOCK_BYTES = 1 << 20
 # verified, as a whole; and a chunk this small is resolved before the headers, so
 # its failures still get an error status.
 VERDICT_HOLD_BYTES = 64 << 10
-# Whether an answer's last bytes wait until the chunks it fetched are stored (file
-# fsynced and renamed, index row written): then an answer that has ended means its
-# chunks are cached, which loaders re-reading a range (and /stats) can rely on. It
-# costs an answer's end the store's latency (a few ms), never its other bytes.
-SETTLE_BEFORE_END = True
 # A reader following a fill wakes when this much more has arrived (or the part's
 # end has), so it does not pay a wake-up per network read.
 STREAM_STEP_BYTES = 256 << 10
@@ -94,7 +89,11 @@ class RangeReader:
                     fill = chunks[j].fill
                     if fill is not None:
                         fetched.append((j, fill))
-            settle = [f for _, f in fetched] if SETTLE_BEFORE_END and i == last else None
+            # An answer's last bytes wait until the chunks it fetched are stored (file
+            # fsynced and renamed, index row written): an answer that has ended means its
+            # chunks are cached, which loaders re-reading a range (and /stats) rely on.
+            # It costs the answer's end the store's latency (a few ms), no other bytes.
+            settle = [f for _, f in fetched] if i == last else None
             await self._write_slice(chunks.pop(i), s, write, settle)
         # Fetches started ahead and not reached (the loader went away) still land
         # in the cache: the flights do not depend on this reader.

@@ -76,8 +76,7 @@ class GatedBackend:
 
     def drain(self) -> None:
         """Forget the reads counted so far, so ``waiting`` counts only the next ones."""
-        while self.waiting.acquire(blocking=False):
-            pass
+        self.waiting = threading.Semaphore(0)  # reads release whichever is current
 
     def stat(self, path: str) -> ObjectInfo:
         return self.inner.stat(path)
