@@ -132,6 +132,8 @@ class FastConnection(Protocol):
 
     def head(self, status: int, headers: list[tuple[str, str]], keep_alive: bool) -> bytes: ...
 
+    def head_end(self, keep_alive: bool) -> str: ...
+
     async def drain(self) -> None: ...
 
     async def sendfile(self, fd: int, offset: int, count: int) -> bool: ...
@@ -225,12 +227,13 @@ class FastProtocol(asyncio.Protocol):
     def head(self, status: int, headers: list[tuple[str, str]], keep_alive: bool) -> bytes:
         lines = [f"HTTP/1.1 {status} {_reason(status)}"]
         lines += [f"{name}: {value}" for name, value in headers]
-        lines.append(f"Date: {_date_now()}")
-        lines.append(f"{logs.REQUEST_ID_HEADER}: {self.request_id}")
-        if not keep_alive:
-            lines.append("Connection: close")
-        lines.append("\r\n")
+        lines.append(self.head_end(keep_alive))
         return "\r\n".join(lines).encode("latin-1")
+
+    def head_end(self, keep_alive: bool) -> str:
+        """The fields that end every head (Date, request id, close) and the blank line."""
+        close = "" if keep_alive else "Connection: close\r\n"
+        return f"Date: {_date_now()}\r\n{logs.REQUEST_ID_HEADER}: {self.request_id}\r\n{close}\r\n"
 
     async def drain(self) -> None:
         if self._transport is None:

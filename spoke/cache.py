@@ -37,7 +37,7 @@ from spoke.fds import OpenChunks
 from spoke.flight import BufferPool, Filling, SingleFlight
 from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex, ChunkRow
-from spoke.keys import ChunkKey
+from spoke.keys import ChunkKey, chunk_name, manifest_version
 from spoke.policy import EvictionPolicy
 from spoke.resident import Resident, ResidentSet
 from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
@@ -284,18 +284,31 @@ class ChunkCache:
         return len(self._chunk_flights)
 
     def is_cached(self, manifest: Manifest, index: int) -> bool:
-        return ChunkKey.of(manifest, index).name in self._resident
+        return chunk_name(manifest_version(manifest), index) in self._resident
 
     def fresh_manifest(self, path: str) -> Manifest | None:
         """The manifest of ``path`` when it is known and within its TTL; no I/O."""
         return self._meta.get(path)
 
+    def is_resident(self, name: str) -> bool:
+        """Whether chunk ``name`` (a :attr:`ChunkKey.name`) is on disk."""
+        return name in self._resident
+
     def lookup(self, manifest: Manifest, index: int) -> Chunk | None:
         """Chunk ``index`` if it is on disk, counted as a loader's hit; else None, uncounted."""
         key = ChunkKey.of(manifest, index)
-        name = key.name
-        if name not in self._resident:
+        if key.name not in self._resident:
             return None
+        self._count_hit(key.name)
+        return Chunk(key, None, True)
+
+    def read_hit(self, name: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of resident chunk ``name``, counted as a loader's hit
+        (the caller has checked :meth:`is_resident`); :meth:`read_now`'s errors."""
+        self._count_hit(name)
+        return self._pread(name, start, stop)
+
+    def _count_hit(self, name: str) -> None:
         self.stats.hits += 1
         self.policy.touch(name)
         self._resident.touched(name)
@@ -303,7 +316,6 @@ class ChunkCache:
         if name in self._prefetched:
             del self._prefetched[name]
             self.stats.prefetch_used += 1
-        return Chunk(key, None, True)
 
     def open_fd(self, manifest: Manifest, index: int, need_bytes: int) -> int:
         """A new descriptor on cached chunk ``index``'s file, which the caller closes.
@@ -330,13 +342,16 @@ class ChunkCache:
         """:meth:`read` without the event-loop hop, for small reads of cached chunks."""
         if chunk.data is not None:
             return chunk.data[start:stop]
+        return self._pread(chunk.key.name, start, stop)
+
+    def _pread(self, name: str, start: int, stop: int) -> bytes:
         try:
-            data = self._fds.pread(chunk.key.name, start, stop)
+            data = self._fds.pread(name, start, stop)
         except FileNotFoundError:
             data = b""
         if len(data) != stop - start:
-            self._forget(chunk.key.name)
-            raise ChunkGone(chunk.key.name)
+            self._forget(name)
+            raise ChunkGone(name)
         return data
 
     async def get(self, manifest: Manifest, index: int, tenant: str = "") -> Chunk:

@@ -16,6 +16,16 @@ def version_id(path: str, etag: str, chunk_size: int) -> str:
     return hashlib.blake2b(ident, digest_size=16).hexdigest()
 
 
+def manifest_version(manifest: Manifest) -> str:
+    """:func:`version_id` of ``manifest``'s version."""
+    return version_id(manifest.path, manifest.etag, manifest.chunk_size)
+
+
+def chunk_name(version: str, index: int) -> str:
+    """Chunk ``index``'s file name in ``version`` (a :func:`version_id`)."""
+    return f"{version}-{index}"
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkKey:
     """Chunk ``index`` of object ``path`` at version ``etag``."""
@@ -28,7 +38,7 @@ class ChunkKey:
     @property
     def name(self) -> str:
         """The chunk's file name; unique per (path, etag, chunk_size, index)."""
-        return f"{version_id(self.path, self.etag, self.chunk_size)}-{self.index}"
+        return chunk_name(version_id(self.path, self.etag, self.chunk_size), self.index)
 
     @classmethod
     def of(cls, manifest: Manifest, index: int) -> ChunkKey:

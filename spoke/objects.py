@@ -12,12 +12,12 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from protocol.chunks import chunk_slices
 from protocol.manifest import Manifest
 from protocol.media import content_type_for
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.metrics import Histogram
 from spoke.cache import ChunkCache
+from spoke.keys import chunk_name, manifest_version
 from spoke.plans import PLAN_HEADER, PlanRegistry
 from spoke.readahead import SequentialReadahead
 from spoke.reader import RangeReader
@@ -34,6 +34,11 @@ STALE_HEADERS = (
     ("Warning", '110 hubspoke "Response is Stale"'),
     ("X-Cache-Stale", "hub-unreachable"),
 )
+
+
+def representation(manifest: Manifest, path: str) -> Representation:
+    """What the headers of an answer about ``manifest``'s version describe."""
+    return Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,7 @@ class ObjectReads:
     ) -> Prepared:
         """Plan the answer to a read of ``manifest``'s version; raises the plan's
         :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
-        rep = Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
+        rep = representation(manifest, path)
         boundary = f"{_BOUNDARY_PREFIX}{next(_boundaries) & 0xFFFFFFFF:08x}"
         plan = plan_response(method, headers, rep, boundary)
         x_cache = self._x_cache(manifest, plan)
@@ -104,10 +109,11 @@ class ObjectReads:
     def _x_cache(self, manifest: Manifest, plan: ResponsePlan) -> str:
         """HIT when every chunk the response touches is on disk, MISS when none is."""
         present = total = 0
+        version, chunk_size = manifest_version(manifest), manifest.chunk_size
         for r in plan.ranges:
-            for s in chunk_slices(r, manifest.size, manifest.chunk_size):
+            for index in range(r.start // chunk_size, -(-r.stop // chunk_size)):
                 total += 1
-                present += self.cache.is_cached(manifest, s.index)
+                present += self.cache.is_resident(chunk_name(version, index))
         if present == total:
             return "HIT"
         return "MISS" if present == 0 else "PARTIAL"
