@@ -12,22 +12,42 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# RFC 9110 §5.6.2 token characters.
-_FIELD = re.compile(
-    rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*"
-)
+# The patterns match the head decoded as latin-1, which maps each byte to the code
+# point of the same value: a class means the same bytes it would in a bytes pattern,
+# and the head is decoded once rather than once per field.
+
 # Origin-form path without percent-encoding, query or fragment: what it means is
-# then the same to every parser, aiohttp's included.
-_REQUEST_LINE = re.compile(rb"(GET|HEAD) (/[A-Za-z0-9._~!$&'()*+,;=:@/-]*) HTTP/1\.1")
+# then the same to every parser, aiohttp's included. No class admits CR, so a match
+# is the whole first line or nothing.
+_REQUEST_LINE = re.compile(r"(GET|HEAD) (/[A-Za-z0-9._~!$&'()*+,;=:@/-]*) HTTP/1\.1(?=\r\n|\Z)")
+# A field line, from its leading CRLF: a name of RFC 9110 §5.6.2 token characters,
+# then a value of visible ASCII, space and tab (the reader strips its trailing spaces
+# and tabs). No class admits CR or LF, so a match never spans two lines, and the
+# lookahead makes it cover the whole of one; findall skips a line that does not
+# match, so the reader counts what it found against the CRLFs. Possessive
+# quantifiers never backtrack: even a line that fails costs time linear in its length.
+_FIELD = re.compile(
+    r"\r\n([!#$%&'*+.^_`|~0-9A-Za-z-]++):[ \t]*+([\x20-\x7e\t]*+)(?=\r\n|\Z)"
+)
 # Fields that change how the message is framed or the connection used: their
 # handling (and their errors) stay aiohttp's.
 _FRAMING = frozenset({"transfer-encoding", "upgrade", "expect", "te", "trailer"})
+# Names clients commonly send: a dict hit costs less than str.lower.
+_LOWER = {name: name.lower() for name in (
+    "Host", "User-Agent", "Accept", "Accept-Encoding", "Range", "Connection",
+    "Authorization", "If-Match", "If-None-Match", "X-Request-Id", "Content-Length",
+)}
 
 MAX_HEAD_BYTES = 16 << 10
 # Below aiohttp's own limits (8190-byte request line, 128 fields), so whatever this
 # reader takes, aiohttp would have taken too.
 MAX_REQUEST_LINE_BYTES = 8190
 MAX_FIELDS = 100
+
+# Called directly: super() costs more than the lookups themselves.
+_dict_get = dict.get
+_dict_getitem = dict.__getitem__
+_dict_contains = dict.__contains__
 
 
 class Headers(dict[str, str]):
@@ -36,13 +56,13 @@ class Headers(dict[str, str]):
     __slots__ = ()
 
     def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        return super().get(name.lower(), default)
+        return _dict_get(self, name.lower(), default)
 
     def __getitem__(self, name: str) -> str:
-        return super().__getitem__(name.lower())
+        return _dict_getitem(self, name.lower())
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and super().__contains__(name.lower())
+        return isinstance(name, str) and _dict_contains(self, name.lower())
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,30 +78,28 @@ def parse_request_head(head: bytes) -> RequestHead | None:
     when it is outside the subset this reader takes."""
     if len(head) > MAX_HEAD_BYTES:
         return None
-    lines = head.split(b"\r\n")
-    if len(lines) > MAX_FIELDS + 1 or len(lines[0]) > MAX_REQUEST_LINE_BYTES:
+    text = head.decode("latin-1")
+    count = text.count("\r\n")
+    if count > MAX_FIELDS:
         return None
-    line = _REQUEST_LINE.fullmatch(lines[0])
-    if line is None:
+    line = _REQUEST_LINE.match(text)
+    if line is None or (end := line.end()) > MAX_REQUEST_LINE_BYTES:
         return None
     headers = Headers()
-    for raw in lines[1:]:
-        field = _FIELD.fullmatch(raw)
-        if field is None:
-            return None  # obs-fold, bare CR or LF, control bytes, non-ASCII, no colon...
-        name = field[1].decode("ascii").lower()
-        if name in headers or name in _FRAMING:
+    for name, value in _FIELD.findall(text, end):
+        headers[_LOWER.get(name) or name.lower()] = value.rstrip(" \t")
+    # Fewer names than lines: a line that is not a field (obs-fold, bare CR or LF,
+    # control bytes, non-ASCII, no colon...), or a field twice.
+    if len(headers) != count or not _FRAMING.isdisjoint(headers):
+        return None
+    # The names are lower-case already: dict's own methods skip Headers' lower().
+    if not _dict_contains(headers, "host") or _dict_get(headers, "content-length", "0") != "0":
+        return None
+    keep_alive = True
+    connection = _dict_get(headers, "connection")
+    if connection:
+        options = {o.strip() for o in connection.lower().split(",")}
+        if "upgrade" in options:
             return None
-        headers[name] = (field[2] or b"").decode("ascii")
-    if "host" not in headers or headers.get("content-length", "0") != "0":
-        return None
-    connection = (headers.get("connection") or "").lower()
-    options = {o.strip() for o in connection.split(",")} if connection else set()
-    if "upgrade" in options:
-        return None
-    return RequestHead(
-        method=line[1].decode("ascii"),
-        target=line[2].decode("ascii"),
-        headers=headers,
-        keep_alive="close" not in options,
-    )
+        keep_alive = "close" not in options
+    return RequestHead(line[1], line[2], headers, keep_alive)

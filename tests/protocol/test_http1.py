@@ -4,13 +4,20 @@ everything else it declines (None), for aiohttp to judge."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from aiohttp.http_parser import HttpRequestParserPy
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.http1 import MAX_FIELDS, parse_request_head
+from protocol.http1 import (
+    MAX_FIELDS,
+    MAX_HEAD_BYTES,
+    MAX_REQUEST_LINE_BYTES,
+    Headers,
+    parse_request_head,
+)
 
 
 def aiohttp_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
@@ -109,3 +116,173 @@ def test_whatever_it_takes_aiohttp_reads_the_same(
     theirs = aiohttp_reads(raw)
     assert theirs is not None, raw
     assert (ours.method, ours.target, dict(ours.headers), ours.keep_alive) == theirs
+
+
+# The reader as it was before it was tuned for speed, unchanged but for its names and
+# a tuple for a result: the reference the fast one must agree with, input for input.
+_REF_FIELD = re.compile(
+    rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?[ \t]*"
+)
+_REF_REQUEST_LINE = re.compile(rb"(GET|HEAD) (/[A-Za-z0-9._~!$&'()*+,;=:@/-]*) HTTP/1\.1")
+_REF_FRAMING = frozenset({"transfer-encoding", "upgrade", "expect", "te", "trailer"})
+
+
+class _RefHeaders(dict[str, str]):
+    __slots__ = ()
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+
+def reference_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
+    if len(head) > MAX_HEAD_BYTES:
+        return None
+    lines = head.split(b"\r\n")
+    if len(lines) > MAX_FIELDS + 1 or len(lines[0]) > MAX_REQUEST_LINE_BYTES:
+        return None
+    line = _REF_REQUEST_LINE.fullmatch(lines[0])
+    if line is None:
+        return None
+    headers = _RefHeaders()
+    for raw in lines[1:]:
+        field = _REF_FIELD.fullmatch(raw)
+        if field is None:
+            return None
+        name = field[1].decode("ascii").lower()
+        if name in headers or name in _REF_FRAMING:
+            return None
+        headers[name] = (field[2] or b"").decode("ascii")
+    if "host" not in headers or headers.get("content-length", "0") != "0":
+        return None
+    connection = (headers.get("connection") or "").lower()
+    options = {o.strip() for o in connection.split(",")} if connection else set()
+    if "upgrade" in options:
+        return None
+    return line[1].decode("ascii"), line[2].decode("ascii"), dict(headers), "close" not in options
+
+
+def fast_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
+    ours = parse_request_head(head)
+    if ours is None:
+        return None
+    assert type(ours.headers) is Headers
+    return ours.method, ours.target, dict(ours.headers), ours.keep_alive
+
+
+# Well-formed pieces, and near misses of each rule the reader has, so that heads on
+# both sides of every rule come up.
+_ODD = st.sampled_from([
+    "", " ", "\t", ":", " :", "\r", "\n", "\x00", "\x7f", "\x80", "\xe9", "\xff", "%2e", "?q",
+])
+# Plain tokens mostly: a second Host, or a framing field, refuses the whole head.
+_NAME = st.one_of(
+    TOKEN, TOKEN, TOKEN,
+    st.sampled_from(["Host", "HOST", "host", "Content-Length", "content-length",
+                     "Connection", "CONNECTION", "Transfer-Encoding", "Upgrade", "TE", "Te",
+                     "Expect", "Trailer", "Range", "X-Request-Id"]),
+)
+_FIELD_VALUE = st.one_of(
+    VALUE,
+    st.sampled_from(["0", "00", " 0 ", "5", "close", "Close", "keep-alive", "upgrade",
+                     "keep-alive, Upgrade", "close ,x", " , ", ",", "\t \t"]),
+)
+_SEPARATOR = st.sampled_from([":", ": ", ":\t", ": \t"])
+_LINE_BREAK = st.just("\r\n")
+_CLEAN_FIELDS = st.lists(st.tuples(_LINE_BREAK, _NAME, _SEPARATOR, _FIELD_VALUE), max_size=8,
+                         unique_by=lambda field: field[1].lower())
+_FIELDS = st.one_of(
+    _CLEAN_FIELDS,
+    _CLEAN_FIELDS,
+    st.lists(st.tuples(
+        st.sampled_from(["\r\n"] * 8 + ["\n", "\r", "\r\n\r\n", "\r\n ", "\r\n\t"]),
+        st.one_of(_NAME, st.tuples(TOKEN, _ODD, TOKEN).map("".join)),
+        st.sampled_from([":", ": ", ":\t", " :", ": \t", ""]),
+        st.one_of(_FIELD_VALUE, st.tuples(VALUE, _ODD, VALUE).map("".join)),
+    ), max_size=8),
+)
+_VALID_REQUEST = st.tuples(
+    st.sampled_from(["GET", "HEAD"]), st.lists(SEGMENT, max_size=4).map("/".join)
+).map(lambda r: f"{r[0]} /objects/{r[1]} HTTP/1.1")
+_REQUEST = st.one_of(
+    _VALID_REQUEST,
+    _VALID_REQUEST,
+    st.tuples(
+        st.sampled_from(["GET", "HEAD", "POST", "get", "GET "]),
+        st.sampled_from([" /", " /objects/", "  /", " http://h/", " "]),
+        st.lists(SEGMENT, max_size=4).map("/".join),
+        _ODD,
+        st.sampled_from([" HTTP/1.1", " HTTP/1.0", " HTTP/1.1 ", "HTTP/1.1", " http/1.1"]),
+    ).map("".join),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    request=_REQUEST,
+    host=st.sampled_from(["\r\nHost: h", "\r\nhost:h ", "\r\nHOST:\t127.0.0.1:8080", ""]),
+    fields=_FIELDS,
+    connection=st.sampled_from(["", "close", "Keep-Alive", " Close ,x", "upgrade", ",", " \t"]),
+)
+def test_it_reads_whatever_the_reference_reads_the_same(
+    request: str, host: str, fields: list[tuple[str, str, str, str]], connection: str
+) -> None:
+    text = request + host + "".join(map("".join, fields))
+    if connection:
+        text += "\r\nConnection: " + connection
+    raw = text.encode("latin-1")
+    assert fast_reads(raw) == reference_reads(raw), raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.binary(max_size=200))
+def test_it_agrees_with_the_reference_on_any_bytes(raw: bytes) -> None:
+    for head in (raw, b"GET / HTTP/1.1\r\nHost: h\r\n" + raw, b"GET / HTTP/1.1\r\nHost: " + raw):
+        assert fast_reads(head) == reference_reads(head), head
+
+
+def _fill(size: int) -> bytes:
+    head = b"GET / HTTP/1.1\r\nHost: h\r\nX: "
+    return head + b"v" * (size - len(head))
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /" + b"a" * (MAX_REQUEST_LINE_BYTES - 14) + b" HTTP/1.1\r\nHost: x",
+    b"GET /" + b"a" * (MAX_REQUEST_LINE_BYTES - 13) + b" HTTP/1.1\r\nHost: x",
+    b"GET /a HTTP/1.1\r\nHost: x" + b"".join(b"\r\nX-%d: v" % i for i in range(MAX_FIELDS - 1)),
+    b"GET /a HTTP/1.1\r\nHost: x" + b"".join(b"\r\nX-%d: v" % i for i in range(MAX_FIELDS)),
+    _fill(MAX_HEAD_BYTES),
+    _fill(MAX_HEAD_BYTES + 1),
+    b"GET /a HTTP/1.1\r\nHost: x\r\nX:" + b" " * 5000 + b"\x00",
+    b"GET /a HTTP/1.1\r\nHost: x\r\nX: a" + b" \t" * 5000,
+    b"GET /a HTTP/1.1\r\nHost: x\r\nX: a\r\r\nY: b",
+    b"GET /a HTTP/1.1\r\nHost: x\r\n",
+    b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close",
+    b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: \t",
+])
+def test_it_agrees_with_the_reference_at_the_limits(head: bytes) -> None:
+    assert fast_reads(head) == reference_reads(head)
+
+
+@given(name=st.sampled_from(["Range", "If-Match", "X-Request-Id", "host", "HOST", "Nope"]),
+       value=VALUE)
+def test_headers_ignore_case_like_the_reference(name: str, value: str) -> None:
+    ours, ref = Headers(range=value, host="h"), _RefHeaders(range=value, host="h")
+    for key in (name, name.lower(), name.upper(), name.swapcase()):
+        assert (ours.get(key), ours.get(key, "d"), key in ours) == (
+            ref.get(key), ref.get(key, "d"), key in ref)
+        assert _item(ours, key) == _item(ref, key)
+    not_a_name: object = 1
+    assert not_a_name not in ours and not_a_name not in ref
+
+
+def _item(headers: dict[str, str], name: str) -> str | None:
+    try:
+        return headers[name]
+    except KeyError:
+        return None
