@@ -93,10 +93,14 @@ class FastServer:
         self.connections: set[FastProtocol] = set()
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def __call__(self) -> FastProtocol:
+    def __call__(self, received: bytes = b"") -> FastProtocol:
+        """A connection's protocol; ``received``: bytes of it already read elsewhere (a
+        connection handed over by another process), answered first."""
         if self._sweeper is None and self.idle_timeout_s > 0:
             self._sweeper = asyncio.get_running_loop().call_later(IDLE_SWEEP_S, self._sweep)
-        return FastProtocol(self)
+        protocol = FastProtocol(self)
+        protocol._buf += received
+        return protocol
 
     def _sweep(self) -> None:
         now = time.monotonic()
@@ -176,6 +180,9 @@ class FastProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sock_fd = sock.fileno()  # plain TCP: sendfile can write to it
         self._arm_header_timer()
+        if self._buf:
+            self.idle_since = None
+            self._process()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None

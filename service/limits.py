@@ -267,6 +267,13 @@ class _LimitedServer(web.Server):
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
         return self._slow() if self._fast is None else self._fast()
 
+    def taking_over(self, received: bytes) -> asyncio.Protocol:
+        """The protocol of a connection accepted by another process, which had read
+        ``received`` of it: the fast path answers those bytes first."""
+        if self._fast is None:
+            raise RuntimeError("only a server with a fast handler takes connections over")
+        return self._fast(received)
+
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
         if self._fast is not None:
             await self._fast.shutdown(timeout if timeout is not None else 5.0)

@@ -37,6 +37,15 @@ class Histogram:
         self.sum += value
         self.count += 1
 
+    def merge(self, counts: list[int], total: float) -> None:
+        """Add another histogram's observations (same buckets): its counts and sum."""
+        if len(counts) != len(self.counts):
+            raise ValueError("histograms with different buckets")
+        for i, n in enumerate(counts):
+            self.counts[i] += n
+        self.sum += total
+        self.count += sum(counts)
+
     def cumulative(self) -> list[tuple[str, float]]:
         """(upper bound, observations <= bound) pairs, ending with +Inf."""
         pairs, running = [], 0

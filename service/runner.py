@@ -8,11 +8,13 @@ once the socket accepts, which is how scripts and tests learn the port chosen fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
 import sys
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from aiohttp import web
@@ -32,33 +34,49 @@ MAX_HEADER_FIELD_BYTES = max(32 << 10, 2 * MAX_RANGE_HEADER_BYTES)
 
 
 async def start_site(
-    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
 ) -> tuple[web.AppRunner, int]:
-    """Start serving ``app`` (HTTPS with ``ssl_context``); returns the runner and the bound port."""
+    """Start serving ``app`` (HTTPS with ``ssl_context``); returns the runner and the bound
+    port. ``reuse_port``: other processes may listen on the same port (SO_REUSEPORT)."""
     runner = limits.make_runner(
         app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         max_field_size=MAX_HEADER_FIELD_BYTES,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context)
+    site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context,
+                       reuse_port=reuse_port or None)
     await site.start()
     bound = runner.addresses[0][1]
     return runner, int(bound)
 
 
+# Runs alongside a started server: entered once it listens (its runner, the bound
+# port), left before it stops. The spoke's reader workers live in one.
+Companion = Callable[[web.AppRunner, int], AbstractAsyncContextManager[None]]
+
+
 async def serve_forever(
-    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
+    companion: Companion | None = None,
 ) -> None:
-    runner, bound = await start_site(app, host, port, ssl_context)
-    scheme = "https" if ssl_context is not None else "http"
-    print(f"listening on {scheme}://{host}:{bound}", file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    logger.info("stopping")
-    await runner.cleanup()
+    """Serve until SIGINT/SIGTERM. With a ``companion``, the port is shared
+    (SO_REUSEPORT) and the listening line waits until the companion has started."""
+    runner, bound = await start_site(app, host, port, ssl_context, reuse_port=companion is not None)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if companion is not None:
+                await stack.enter_async_context(companion(runner, bound))
+            scheme = "https" if ssl_context is not None else "http"
+            print(f"listening on {scheme}://{host}:{bound}", file=sys.stderr, flush=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+            logger.info("stopping")
+    finally:
+        await runner.cleanup()
     logger.info("stopped")
 
 

@@ -10,9 +10,12 @@ from service.cli import apply_logging_flags, environ
 from service.logs import setup_logging
 from service.runner import run, serve_forever
 from service.tls import server_context_for
+from spoke import handlers
 from spoke.app import make_app
 from spoke.config import config_from_args, parse_args
 from spoke.index import ChunkIndex
+from spoke.reader_worker import run_reader
+from spoke.readers import readers_companion
 from spoke.scrub import scrub
 from spoke.store import ChunkStore
 from spoke.warm_cli import run_warm
@@ -36,10 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         return run_warm(args.spoke, args.paths, args.prefix, args.quiet, args.token_file)
     config = config_from_args(args)
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
-    logger.info("caching %s in %s (capacity %d bytes, %s)", config.hub_url, config.cache_dir,
-                config.capacity_bytes, config.policy)
+    if config.reader_channel_fd is not None:
+        run(lambda: run_reader(config, config.reader_channel_fd or 0))
+        return 0
+    logger.info("caching %s in %s (capacity %d bytes, %s, %d worker%s)", config.hub_url,
+                config.cache_dir, config.capacity_bytes, config.policy, config.workers,
+                "" if config.workers == 1 else "s")
     tls = server_context_for(config.tls_cert, config.tls_key)
-    run(lambda: serve_forever(make_app(config), config.host, config.port, tls))
+    app = make_app(config)
+    companion = None
+    if config.workers > 1:
+        companion = readers_companion(app, config.workers - 1, sys.argv[1:] if argv is None
+                                      else argv, handlers.CACHE, handlers.READ_LATENCY)
+    run(lambda: serve_forever(app, config.host, config.port, tls, companion))
     return 0
 
 

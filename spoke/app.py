@@ -26,6 +26,7 @@ from spoke.plan_policy import PlanAwarePolicy
 from spoke.plans import PlanRegistry
 from spoke.policy import make_policy
 from spoke.readahead import SequentialReadahead
+from spoke.readers import READERS, ReaderPool
 from spoke.resilience import CircuitBreaker, RetryPolicy
 from spoke.scrub import scrub
 from spoke.stats import SpokeStats, read_latency_histograms, stats_series
@@ -53,6 +54,8 @@ def make_app(config: SpokeConfig) -> web.Application:
     fast: FastHandler = FastObjectReads(app, handlers.READS)
     app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
+    if config.workers > 1:
+        app[READERS] = ReaderPool()  # started once the port is known (spoke.__main__)
     app.cleanup_ctx.append(_cache_context)
     add_routes(app, [
         ("GET", "/objects/{path:.+}", handlers.get_object),

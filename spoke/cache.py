@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cachetools import LRUCache
 
@@ -80,6 +80,20 @@ class Chunk:
     fill: Filling | None = None
 
 
+class CacheWatcher(Protocol):
+    """Told of every change to what the cache can answer from (see :mod:`spoke.readers`)."""
+
+    def manifest_fresh(self, path: str, manifest: Manifest, expires_at: float) -> None:
+        """``manifest`` is ``path``'s until ``expires_at`` (``time.monotonic``)."""
+        ...
+
+    def manifest_gone(self, path: str) -> None: ...
+
+    def chunk_added(self, name: str) -> None: ...
+
+    def chunk_gone(self, name: str) -> None: ...
+
+
 class ChunkGone(Exception):
     """A resident chunk's file vanished between lookup and read (evicted, purged)."""
 
@@ -133,6 +147,7 @@ class ChunkCache:
         self._buffers = BufferPool(_POOLED_BUFFER_BYTES)
         self._jitter = random.Random()
         self._manifest_flights: SingleFlight[str, tuple[Manifest, bool]] = SingleFlight()
+        self.watcher: CacheWatcher | None = None
         # Background fetches (pre-warm, read-ahead) get at most half the slots and
         # never one that a waiting loader could take.
         self._fetch_slots = PrioritySlots(fetch_concurrency, max(1, fetch_concurrency // 2))
@@ -232,9 +247,21 @@ class ChunkCache:
         self.stats.stale_manifests += stale
         return manifest, stale
 
+    def refresh_ahead(self, path: str) -> None:
+        """Revalidate ``path``'s manifest in the background once half its TTL is gone:
+        reads answered elsewhere (reader workers) never reach :meth:`manifest`, and
+        must not find it expired and wait on the hub."""
+        if self._meta.time_left(path) < self._meta.ttl_s / 2:
+            refresh = asyncio.ensure_future(
+                self._manifest_flights.do(path, lambda: self._fetch_manifest(path))
+            )
+            refresh.add_done_callback(_retrieve)
+
     def invalidate(self, path: str) -> None:
         """Forget the cached metadata of ``path``; the next read asks the hub."""
         self._meta.pop(path, None)
+        if self.watcher is not None:
+            self.watcher.manifest_gone(path)
 
     async def _fetch_manifest(self, path: str) -> tuple[Manifest, bool]:
         async def attempt() -> tuple[Manifest, bytes]:
@@ -245,7 +272,7 @@ class ChunkCache:
             manifest, body = await self._hub_call(attempt)
         except ObjectNotFound:
             # Deleted at the hub: stop serving it, and delete what we hold of it.
-            self._meta.pop(path, None)
+            self.invalidate(path)
             self._known.pop(path, None)
             await self._in_db(self.index.delete_manifest, path)
             self.stats.purged_chunks += await self._remove(self._resident.matching(path, None))
@@ -256,6 +283,8 @@ class ChunkCache:
                 raise
             return stale, True
         self._meta[path] = manifest
+        if self.watcher is not None:
+            self.watcher.manifest_fresh(path, manifest, time.monotonic() + self._meta.ttl_s)
         if self._known.get(path) != manifest:
             self._known[path] = manifest
             await self._in_db(self.index.save_manifest, path, body, time.time())
@@ -307,6 +336,20 @@ class ChunkCache:
         (the caller has checked :meth:`is_resident`); :meth:`read_now`'s errors."""
         self._count_hit(name)
         return self._pread(name, start, stop)
+
+    def count_hits_elsewhere(self, hits: dict[str, int], served_bytes: int) -> None:
+        """Hits a reader worker answered from this cache's files: counted, and
+        seen by the policy as accesses, as if answered here."""
+        for name, n in hits.items():
+            if name in self._resident:
+                self._count_hit(name)
+                n -= 1
+            self.stats.hits += n
+        self.stats.bytes_served_hit += served_bytes
+
+    def snapshot(self) -> tuple[list[tuple[str, Manifest, float]], list[str]]:
+        """The fresh manifests (path, manifest, expiry) and the resident chunks' names."""
+        return list(self._meta.live_items()), [name for name, _ in self._resident.items()]
 
     def _count_hit(self, name: str) -> None:
         self.stats.hits += 1
@@ -602,6 +645,8 @@ class ChunkCache:
         """Forget a chunk as resident (its file is deleted by the caller)."""
         self._fds.discard(name)
         self._pinned_bytes -= self._pinned.pop(name, 0)
+        if self.watcher is not None:
+            self.watcher.chunk_gone(name)
         return self._resident.remove(name)
 
     @property
@@ -649,6 +694,8 @@ class ChunkCache:
             raise error
         self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
         self._track(key.name, key.path, len(data))
+        if self.watcher is not None:
+            self.watcher.chunk_added(key.name)
 
     def _track(self, name: str, path: str, size: int) -> None:
         """Hand a new resident chunk to the policy, unless it is pinned (never evicted)."""

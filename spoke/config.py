@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -59,6 +60,9 @@ class SpokeConfig:
     max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    workers: int = 1
+    # Set only in a reader worker's process, by its owner (spoke.readers).
+    reader_channel_fd: int | None = None
 
 
 def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -113,6 +117,10 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="PEM CA bundle to verify an https:// hub with (default: the system CAs)")
     add_tls_flags(p, env)
     add_limit_flags(p, env)
+    add_flag(p, "--workers", env=env, default="1", type=_workers,
+             help="processes serving the port: the spoke and N-1 reader workers answering "
+                  "cache hits from its files (SO_REUSEPORT; 'auto': one per core; plain HTTP)")
+    p.add_argument("--reader-channel", type=int, help=argparse.SUPPRESS)
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -143,7 +151,12 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespace:
-    return parse_checked(build_parser(env), argv)
+    parser = build_parser(env)
+    args = parse_checked(parser, argv)
+    if args.command == "serve" and args.workers > 1 and args.tls_cert:
+        parser.error("--workers above 1 needs plain HTTP: a TLS session cannot move "
+                     "between processes")
+    return args
 
 
 def config_from_args(args: argparse.Namespace) -> SpokeConfig:
@@ -183,6 +196,8 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         max_inflight_per_client=int(args.max_inflight_per_client),
         max_connections_per_client=int(args.max_connections_per_client),
         header_timeout_s=float(args.header_timeout),
+        workers=int(args.workers),
+        reader_channel_fd=args.reader_channel,
     )
 
 
@@ -212,6 +227,19 @@ def _age(text: str) -> int:
         return parse_ttl(text)
     except ProtocolError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _workers(text: str) -> int:
+    """argparse ``type=`` for ``--workers``: a positive count, or ``auto`` (one per core)."""
+    if text == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError("--workers must be at least 1")
+    return count
 
 
 def _flag(value: object) -> bool:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable
-from itertools import takewhile
 
 from aiohttp import web
 
@@ -25,9 +23,7 @@ from protocol.chunks import chunk_slices
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest
-from protocol.paths import validate_path
 from protocol.ranges import ByteRange
-from protocol.response import plan_response
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
 from service.limits import LIMIT
@@ -35,26 +31,17 @@ from service.problem import PROBLEM_JSON, error_headers, problem_body
 from spoke.cache import Chunk, ChunkCache, ChunkGone
 from spoke.errors import VersionChanged
 from spoke.keys import chunk_name, manifest_version
-from spoke.objects import ObjectReads, Prepared, representation
+from spoke.objects import ObjectReads, Prepared
+from spoke.plain import (
+    OBJECTS,
+    SENDFILE_MIN_BYTES,
+    SYNC_BYTES,
+    PlainReads,
+)
 
 logger = logging.getLogger(__name__)
 
-OBJECTS = "/objects/"
-# Hits up to this size (a batch of samples) are answered within the read callback,
-# when no single range is worth a sendfile: a connection then holds at most this
-# much past flow control, as the next request is not read until it has drained.
-SYNC_BYTES = 4 << 20
-# Below this, pread + write costs less than sendfile's extra system calls.
-SENDFILE_MIN_BYTES = 256 << 10
-MAX_REMEMBERED_PATHS = 10_000
 WRITE_BLOCK_BYTES = 1 << 20
-# The fields a plain read may carry (see FastObjectReads._plain_hit); any other may
-# change the answer (If-*, the read plan, a token) and is the general path's.
-_PLAIN_FIELDS = frozenset({
-    "host", "range", "user-agent", "accept", "accept-encoding", "connection", "keep-alive",
-    "x-request-id",
-})
-_ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
 
 
 class FastObjectReads:
@@ -63,15 +50,15 @@ class FastObjectReads:
     def __init__(self, app: web.Application, reads_key: web.AppKey[ObjectReads]) -> None:
         self.app = app
         self.reads_key = reads_key
-        self._paths: dict[str, str] = {}
-        self._prefixes: dict[str, tuple[Manifest, bytes]] = {}
+        self._plain = PlainReads()
+        self._hits: _CacheHits | None = None
 
     def __call__(self, head: RequestHead, conn: FastConnection) -> Reply | Awaitable[Reply] | None:
         reads = self.app.get(self.reads_key)
         if reads is None or not head.target.startswith(OBJECTS):
             return None
         try:
-            path = self._valid_path(head.target)
+            path = self._plain.object_path(head.target)
             tenant = self._tenant(head, path)
         except ProtocolError:
             return None  # aiohttp answers the 400/401/403, and counts it
@@ -83,7 +70,10 @@ class FastObjectReads:
         manifest = reads.cache.fresh_manifest(path)
         prepared = None
         if manifest is not None:
-            reply = self._plain_hit(reads, conn, head, path, manifest)
+            hits = self._hits
+            if hits is None or hits.reads is not reads:
+                hits = self._hits = _CacheHits(reads)
+            reply = self._plain.answer(hits, conn, head, path, manifest)
             if reply is not None:
                 if limit is not None:
                     limit.release(conn.client)
@@ -101,82 +91,6 @@ class FastObjectReads:
                     reads.observe_latency(prepared.x_cache, time.perf_counter() - started)
                 return reply
         return self._answer(reads, conn, head, path, tenant, started, prepared, manifest)
-
-    def _plain_hit(
-        self, reads: ObjectReads, conn: FastConnection, head: RequestHead, path: str,
-        manifest: Manifest,
-    ) -> Reply | None:
-        """A loader's most common read, answered with the least work, or None.
-
-        A ``GET`` of one ``bytes=a-b`` range within the object, of chunks all on disk,
-        with no field that could change the answer (conditionals, plan, token): its
-        answer is always the 206 that :meth:`ObjectReads.prepare` would plan, so it is
-        written from a head prefix made once per object version. Anything else, or any
-        doubt, is None and takes the general path (a test checks both answer alike).
-        """
-        headers = head.headers
-        if head.method != "GET" or not _PLAIN_FIELDS.issuperset(headers):
-            return None
-        match = _ONE_RANGE.fullmatch(headers.get("range") or "")
-        if match is None:
-            return None
-        size = manifest.size
-        start, stop = int(match[1]), min(int(match[2]) + 1, size)
-        length = stop - start
-        if start >= stop or length > SYNC_BYTES or (
-            conn.can_sendfile and length >= SENDFILE_MIN_BYTES
-        ):
-            return None
-        cache, chunk_size = reads.cache, manifest.chunk_size
-        version = manifest_version(manifest)
-        first, last = start // chunk_size, (stop - 1) // chunk_size
-        for index in range(first, last + 1):
-            if not cache.is_resident(chunk_name(version, index)):
-                return None
-        r = ByteRange(start, stop)
-        reads.readahead.observe(manifest, [r])
-        parts = [self._head_prefix(path, manifest), b""]
-        try:
-            for index in range(first, last + 1):
-                base = index * chunk_size
-                lo, hi = max(start, base) - base, min(stop, base + chunk_size) - base
-                parts.append(cache.read_hit(chunk_name(version, index), lo, hi))
-        except ChunkGone:
-            return None  # deleted behind our back: the slow way fetches it again
-        cache.stats.bytes_served_hit += length
-        parts[1] = (
-            f"{start}-{stop - 1}/{size}\r\nContent-Length: {length}\r\nX-Cache: HIT\r\n"
-            f"{conn.head_end(head.keep_alive)}"
-        ).encode("latin-1")
-        conn.writelines(parts)
-        return Reply(206, length, "HIT")
-
-    def _head_prefix(self, path: str, manifest: Manifest) -> bytes:
-        """The head of a plain 206 of ``manifest``, up to the Content-Range's numbers."""
-        known = self._prefixes.get(path)
-        if known is not None and known[0] is manifest:
-            return known[1]
-        # The planner's own 206 headers, up to where the range's own begin.
-        planned = plan_response("GET", {"Range": "bytes=0-0"}, representation(manifest, path), "")
-        prefix = "".join(
-            f"{name}: {value}\r\n"
-            for name, value in takewhile(lambda h: h[0] != "Content-Range", planned.headers)
-        )
-        head = f"HTTP/1.1 206 Partial Content\r\n{prefix}Content-Range: bytes ".encode("latin-1")
-        if len(self._prefixes) >= MAX_REMEMBERED_PATHS:
-            self._prefixes.clear()
-        self._prefixes[path] = (manifest, head)
-        return head
-
-    def _valid_path(self, target: str) -> str:
-        """The object path in ``target``; validated once, then remembered."""
-        path = self._paths.get(target)
-        if path is None:
-            path = validate_path(target[len(OBJECTS):])
-            if len(self._paths) >= MAX_REMEMBERED_PATHS:
-                self._paths.clear()
-            self._paths[target] = path
-        return path
 
     def _tenant(self, head: RequestHead, path: str) -> str:
         guard = self.app.get(GUARD)
@@ -320,6 +234,25 @@ async def _sendfile_prefix(
         done += s.stop - s.start
         cache.stats.bytes_served_hit += s.stop - s.start
     return done
+
+
+class _CacheHits:
+    """The spoke's own cache as the source of plain reads."""
+
+    __slots__ = ("cache", "reads")
+
+    def __init__(self, reads: ObjectReads) -> None:
+        self.reads, self.cache = reads, reads.cache
+
+    def is_resident(self, name: str) -> bool:
+        return self.cache.is_resident(name)
+
+    def read_hit(self, name: str, start: int, stop: int) -> bytes:
+        return self.cache.read_hit(name, start, stop)
+
+    def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
+        self.cache.stats.bytes_served_hit += sum(r.length for r in ranges)
+        self.reads.readahead.observe(manifest, ranges)
 
 
 def _sendfile_worthy(conn: FastConnection, r: ByteRange) -> bool:

@@ -22,6 +22,7 @@ from spoke.errors import VersionChanged
 from spoke.objects import ObjectReads
 from spoke.plans import MAX_PLAN_READS, PlannedRead, PlanRegistry, ReadPlan
 from spoke.readahead import SequentialReadahead
+from spoke.readers import READERS
 from spoke.stats import stats_snapshot
 from spoke.warm import WarmJobs
 
@@ -75,7 +76,12 @@ async def get_list(request: web.Request) -> web.Response:
 
 
 async def get_stats(request: web.Request) -> web.Response:
-    return web.json_response(stats_snapshot(request.app[CACHE]))
+    snapshot = stats_snapshot(request.app[CACHE])
+    readers = request.app.get(READERS)
+    if readers is not None:
+        snapshot["reader_workers"] = readers.alive
+        snapshot["handed_over_connections"] = readers.handed_over
+    return web.json_response(snapshot)
 
 
 async def delete_cache(request: web.Request) -> web.Response:
@@ -86,6 +92,9 @@ async def delete_cache(request: web.Request) -> web.Response:
         removed = await cache.purge(prefix=validate_prefix(raw))
     else:
         removed = await cache.purge(path=validate_path(raw))
+    readers = request.app.get(READERS)
+    if readers is not None:
+        await readers.sync()  # no reader worker serves a purged chunk after this answer
     return web.json_response({"purged_chunks": removed})
 
 

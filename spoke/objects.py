@@ -36,6 +36,11 @@ STALE_HEADERS = (
 )
 
 
+def new_boundary() -> str:
+    """A multipart/byteranges boundary not used before by this process."""
+    return f"{_BOUNDARY_PREFIX}{next(_boundaries) & 0xFFFFFFFF:08x}"
+
+
 def representation(manifest: Manifest, path: str) -> Representation:
     """What the headers of an answer about ``manifest``'s version describe."""
     return Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
@@ -76,8 +81,7 @@ class ObjectReads:
         """Plan the answer to a read of ``manifest``'s version; raises the plan's
         :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
         rep = representation(manifest, path)
-        boundary = f"{_BOUNDARY_PREFIX}{next(_boundaries) & 0xFFFFFFFF:08x}"
-        plan = plan_response(method, headers, rep, boundary)
+        plan = plan_response(method, headers, rep, new_boundary())
         x_cache = self._x_cache(manifest, plan)
         plan_id = headers.get(PLAN_HEADER)
         ranges = plan.ranges

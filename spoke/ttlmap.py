@@ -8,7 +8,7 @@ per-access bookkeeping this use has no need of).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -43,6 +43,18 @@ class TTLMap(Generic[K, V]):
         if len(self._items) > self.maxsize:
             # The oldest set goes first: with one TTL, also the first to expire.
             del self._items[next(iter(self._items))]
+
+    def time_left(self, key: K) -> float:
+        """Seconds until ``key`` expires; 0 when it has or is not set."""
+        item = self._items.get(key)
+        return 0.0 if item is None else max(0.0, item[0] - self._clock())
+
+    def live_items(self) -> Iterator[tuple[K, V, float]]:
+        """(key, value, expiry on the clock) of each entry not yet expired."""
+        now = self._clock()
+        for key, (expires_at, value) in list(self._items.items()):
+            if expires_at > now:
+                yield key, value, expires_at
 
     def pop(self, key: K, default: V | None = None) -> V | None:
         item = self._items.pop(key, None)

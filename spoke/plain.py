@@ -1,0 +1,174 @@
+"""Plain reads: a loader's most common request, answered with the least work.
+
+A ``GET`` of one ``bytes=a-b`` range within the object, of chunks all on disk,
+with no field that could change the answer (conditionals, a read plan, a token).
+Its answer is always the 206 that :meth:`spoke.objects.ObjectReads.prepare` would
+plan, so it is written from a head prefix made once per object version, from the
+planner's own headers. Anything else, or any doubt, is None: the caller's general
+path answers (tests check that both answer alike, line for line).
+
+Where the chunks come from is a :class:`HitSource`: the spoke's own cache, or, in a
+reader worker (:mod:`spoke.readers`), its mirror of what the owner holds.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import takewhile
+from typing import Protocol
+
+from protocol.chunks import chunk_slices
+from protocol.errors import ProtocolError
+from protocol.http1 import RequestHead
+from protocol.manifest import Manifest
+from protocol.paths import validate_path
+from protocol.ranges import ByteRange
+from protocol.response import plan_response
+from service.fast import FastConnection, Reply
+from spoke.cache import ChunkGone
+from spoke.keys import chunk_name, manifest_version
+from spoke.objects import new_boundary, representation
+
+OBJECTS = "/objects/"
+# Hits up to this size (a batch of samples) are answered within the read callback,
+# when no single range is worth a sendfile: a connection then holds at most this
+# much past flow control, as the next request is not read until it has drained.
+SYNC_BYTES = 4 << 20
+# Below this, pread + write costs less than sendfile's extra system calls.
+SENDFILE_MIN_BYTES = 256 << 10
+MAX_REMEMBERED_PATHS = 10_000
+# The fields a plain read may carry; any other may change the answer (If-*, the
+# read plan, a token) and is the general path's.
+PLAIN_FIELDS = frozenset({
+    "host", "range", "user-agent", "accept", "accept-encoding", "connection", "keep-alive",
+    "x-request-id",
+})
+_ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
+
+
+class HitSource(Protocol):
+    """Cached chunks by name (:func:`spoke.keys.chunk_name`)."""
+
+    def is_resident(self, name: str) -> bool: ...
+
+    def read_hit(self, name: str, start: int, stop: int) -> bytes:
+        """Bytes of a resident chunk, counted as a loader's hit; raises ChunkGone."""
+        ...
+
+    def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
+        """``ranges`` of ``manifest`` went to a loader from the cache, as one answer."""
+        ...
+
+
+class PlainReads:
+    def __init__(self) -> None:
+        self._prefixes: dict[str, tuple[Manifest, bytes]] = {}
+        self._paths: dict[str, str] = {}
+
+    def object_path(self, target: str) -> str:
+        """The object path in ``/objects/...`` ``target``; validated once, then remembered.
+        Raises :class:`~protocol.errors.ProtocolError` for an invalid one."""
+        path = self._paths.get(target)
+        if path is None:
+            path = validate_path(target[len(OBJECTS):])
+            if len(self._paths) >= MAX_REMEMBERED_PATHS:
+                self._paths.clear()
+            self._paths[target] = path
+        return path
+
+    def answer(
+        self, source: HitSource, conn: FastConnection, head: RequestHead, path: str,
+        manifest: Manifest,
+    ) -> Reply | None:
+        """Answer ``head`` if it is a plain read of cached chunks, else None (nothing sent)."""
+        headers = head.headers
+        if head.method != "GET" or not PLAIN_FIELDS.issuperset(headers):
+            return None
+        spec = headers.get("range")
+        if spec is None:
+            return None
+        match = _ONE_RANGE.fullmatch(spec)
+        if match is None:
+            return self._planned(source, conn, head, path, manifest)
+        size = manifest.size
+        start, stop = int(match[1]), min(int(match[2]) + 1, size)
+        length = stop - start
+        if start >= stop or length > SYNC_BYTES or (
+            conn.can_sendfile and length >= SENDFILE_MIN_BYTES
+        ):
+            return None
+        chunk_size, version = manifest.chunk_size, manifest_version(manifest)
+        first, last = start // chunk_size, (stop - 1) // chunk_size
+        for index in range(first, last + 1):
+            if not source.is_resident(chunk_name(version, index)):
+                return None
+        parts = [self._head_prefix(path, manifest), b""]
+        try:
+            for index in range(first, last + 1):
+                base = index * chunk_size
+                lo, hi = max(start, base) - base, min(stop, base + chunk_size) - base
+                parts.append(source.read_hit(chunk_name(version, index), lo, hi))
+        except ChunkGone:
+            return None  # deleted behind our back: the general path fetches it again
+        source.served(manifest, [ByteRange(start, stop)])
+        parts[1] = (
+            f"{start}-{stop - 1}/{size}\r\nContent-Length: {length}\r\nX-Cache: HIT\r\n"
+            f"{conn.head_end(head.keep_alive)}"
+        ).encode("latin-1")
+        conn.writelines(parts)
+        return Reply(206, length, "HIT")
+
+    def _planned(
+        self, source: HitSource, conn: FastConnection, head: RequestHead, path: str,
+        manifest: Manifest,
+    ) -> Reply | None:
+        """Any other Range (several ranges: a batch of samples; a suffix), planned by
+        the planner itself; None unless it is a 206 of cached chunks."""
+        try:
+            plan = plan_response("GET", head.headers, representation(manifest, path),
+                                 new_boundary())
+        except ProtocolError:
+            return None  # 416, too many ranges: the general path's answer
+        ranges = plan.ranges
+        if plan.status != 206 or plan.content_length > SYNC_BYTES or (
+            conn.can_sendfile and any(r.length >= SENDFILE_MIN_BYTES for r in ranges)
+        ):
+            return None
+        version = manifest_version(manifest)
+        slices = [
+            [(chunk_name(version, s.index), s.start, s.stop)
+             for s in chunk_slices(r, manifest.size, manifest.chunk_size)]
+            for r in ranges
+        ]
+        if not all(source.is_resident(name) for part in slices for name, _, _ in part):
+            return None
+        parts = [b""]
+        pieces = iter(slices)
+        try:
+            for body_part in plan.body:
+                if isinstance(body_part, bytes):
+                    parts.append(body_part)
+                else:
+                    parts += [source.read_hit(*piece) for piece in next(pieces)]
+        except ChunkGone:
+            return None
+        source.served(manifest, ranges)
+        parts[0] = conn.head(206, [*plan.headers, ("X-Cache", "HIT")], head.keep_alive)
+        conn.writelines(parts)
+        return Reply(206, plan.content_length, "HIT")
+
+    def _head_prefix(self, path: str, manifest: Manifest) -> bytes:
+        """The head of a plain 206 of ``manifest``, up to the Content-Range's numbers."""
+        known = self._prefixes.get(path)
+        if known is not None and known[0] is manifest:
+            return known[1]
+        planned = plan_response("GET", {"Range": "bytes=0-0"}, representation(manifest, path), "")
+        prefix = "".join(
+            f"{name}: {value}\r\n"
+            for name, value in takewhile(lambda h: h[0] != "Content-Range", planned.headers)
+        )
+        head = f"HTTP/1.1 206 Partial Content\r\n{prefix}Content-Range: bytes ".encode("latin-1")
+        if len(self._prefixes) >= MAX_REMEMBERED_PATHS:
+            self._prefixes.clear()
+        self._prefixes[path] = (manifest, head)
+        return head

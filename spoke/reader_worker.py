@@ -1,0 +1,233 @@
+"""A reader worker's process: plain cache hits on the shared port, the rest to the owner.
+
+See :mod:`spoke.readers` for the design. This side keeps a :class:`Mirror` of what
+the owner holds, answers plain reads from the chunk files, and hands every other
+connection over. It exits when told to (SIGTERM) or when the owner is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from protocol.errors import ProtocolError
+from protocol.http1 import RequestHead
+from protocol.manifest import Manifest, decode_manifest
+from protocol.ranges import ByteRange
+from service.fast import FastConnection, FastServer, Reply
+from service.limits import AIOHTTP_KEEPALIVE_S, ConnectionLimits
+from service.metrics import Histogram
+from spoke.cache import ChunkGone
+from spoke.channel import Channel
+from spoke.config import SpokeConfig
+from spoke.fds import OpenChunks
+from spoke.plain import OBJECTS, PlainReads
+from spoke.stats import READ_LATENCY_BUCKETS_S
+from spoke.store import ChunkStore
+
+logger = logging.getLogger(__name__)
+
+REPORT_INTERVAL_S = 0.05
+MAX_REPORTED_NAMES = 1000  # per message, to stay well inside one packet
+SHUTDOWN_GRACE_S = 5.0
+
+
+class Mirror:
+    """What the owner holds, as far as it has said; a :class:`spoke.plain.HitSource`.
+
+    Also what this process served, until :meth:`report` sends it to the owner.
+    """
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.manifests: dict[str, tuple[Manifest, float]] = {}
+        self.names: set[str] = set()
+        self._fds = OpenChunks(store.open)
+        self.hits: dict[str, int] = {}
+        self.paths_read: set[str] = set()
+        self.served_bytes = 0
+        self.latency = Histogram(READ_LATENCY_BUCKETS_S)
+
+    def apply(self, message: list[Any]) -> None:
+        kind = message[0]
+        if kind == "manifest":
+            _, path, wire, expires_at = message
+            self.manifests[path] = (decode_manifest(wire), expires_at)
+        elif kind == "gone":
+            self.manifests.pop(message[1], None)
+        elif kind == "add":
+            self.names.update(message[1])
+        elif kind == "drop":
+            for name in message[1]:
+                self.names.discard(name)
+                self._fds.discard(name)  # a purged chunk's bytes must not stay readable here
+        else:
+            raise ValueError(f"unknown change {kind!r}")
+
+    def manifest(self, path: str) -> Manifest | None:
+        """``path``'s manifest if the owner holds it fresh."""
+        item = self.manifests.get(path)
+        if item is None or item[1] <= time.monotonic():
+            return None
+        return item[0]
+
+    def is_resident(self, name: str) -> bool:
+        return name in self.names
+
+    def read_hit(self, name: str, start: int, stop: int) -> bytes:
+        try:
+            data = self._fds.pread(name, start, stop)
+        except FileNotFoundError:
+            data = b""
+        if len(data) != stop - start:  # evicted: the owner will say so, or answer
+            self.names.discard(name)
+            self._fds.discard(name)
+            raise ChunkGone(name)
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return data
+
+    def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
+        self.served_bytes += sum(r.length for r in ranges)
+
+    def report(self) -> list[list[Any]]:
+        """What was served since the last report, as ``["hits", {chunk name: count},
+        bytes, latency bucket counts, latency sum, [paths read]]`` messages."""
+        if not self.hits and not self.latency.count:
+            return []
+        names, paths = list(self.hits.items()), list(self.paths_read)
+        messages: list[list[Any]] = [
+            ["hits", dict(names[i:i + MAX_REPORTED_NAMES]), 0, [], 0.0,
+             paths[i:i + MAX_REPORTED_NAMES]]
+            for i in range(0, max(1, len(names), len(paths)), MAX_REPORTED_NAMES)
+        ]
+        messages[0][2:5] = [self.served_bytes, self.latency.counts, self.latency.sum]
+        self.hits, self.paths_read, self.served_bytes = {}, set(), 0
+        self.latency = Histogram(READ_LATENCY_BUCKETS_S)
+        return messages
+
+    def close(self) -> None:
+        self._fds.close()
+
+
+class ReaderReads:
+    """The reader's :data:`service.fast.FastHandler`: plain hits, else None (handed over)."""
+
+    def __init__(self, mirror: Mirror, checks_tokens: bool) -> None:
+        self.mirror = mirror
+        # With tokens on, every read carries one (not a plain read) or gets a 401:
+        # the owner's to answer either way.
+        self.checks_tokens = checks_tokens
+        self.plain = PlainReads()
+
+    def __call__(self, head: RequestHead, conn: FastConnection) -> Reply | None:
+        if self.checks_tokens or not head.target.startswith(OBJECTS):
+            return None
+        try:
+            path = self.plain.object_path(head.target)
+        except ProtocolError:
+            return None
+        manifest = self.mirror.manifest(path)
+        if manifest is None:
+            return None
+        started = time.perf_counter()
+        reply = self.plain.answer(self.mirror, conn, head, path, manifest)
+        if reply is not None:
+            self.mirror.latency.observe(time.perf_counter() - started)
+            self.mirror.paths_read.add(path)
+        return reply
+
+
+class HandOver(asyncio.Protocol):
+    """Takes a connection the reader declines and passes it, and the bytes read of it
+    so far, to the owner (an ``Adopter`` for :class:`service.fast.FastServer`)."""
+
+    def __init__(self, channel: Channel, limits: ConnectionLimits) -> None:
+        self.channel = channel
+        self.limits = limits
+        self._transport: asyncio.Transport | None = None
+        self._client = ""
+        self._received = bytearray()
+
+    def adopt(self, transport: asyncio.Transport, client: str) -> None:
+        self._transport, self._client = transport, client
+        transport.pause_reading()  # what arrives from now on is the owner's to read
+        asyncio.get_running_loop().call_soon(self._pass)
+
+    def data_received(self, data: bytes) -> None:
+        self._received += data
+
+    def pause_writing(self) -> None:
+        pass  # _pass waits for the write buffer itself
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._transport = None
+        if self._client:
+            self.limits.close(self._client)  # counted by the fast path when it arrived
+            self._client = ""
+
+    def _pass(self) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if transport.get_write_buffer_size():
+            # An answer is still going out: the owner's must not overtake it.
+            asyncio.get_running_loop().call_later(0.002, self._pass)
+            return
+        if self.channel.closed:
+            transport.abort()
+            return
+        sock = transport.get_extra_info("socket")
+        self.channel.send(["conn", bytes(self._received)], [os.dup(sock.fileno())])
+        # Closing our descriptor leaves the connection open: the owner holds it now.
+        transport.close()
+
+
+async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
+    """Serve as a reader worker until SIGTERM or the owner goes away."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    mirror = Mirror(ChunkStore(config.cache_dir))
+    channel: Channel
+
+    def on_message(message: list[Any], fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        if message[0] == "sync":
+            channel.send(["synced", message[1]])  # every change before it is applied
+        else:
+            mirror.apply(message)
+
+    channel = Channel(socket.socket(fileno=channel_fd), on_message, stop.set)
+    limits = ConnectionLimits(config.max_connections_per_client, config.header_timeout_s)
+    server = FastServer(
+        ReaderReads(mirror, checks_tokens=config.auth_secret_file is not None),
+        lambda: HandOver(channel, limits), limits, idle_timeout_s=AIOHTTP_KEEPALIVE_S,
+    )
+    listener = await loop.create_server(
+        server, config.host, config.port, reuse_address=True, reuse_port=True
+    )
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    channel.send(["ready"])
+
+    async def report_forever() -> None:
+        while True:
+            await asyncio.sleep(REPORT_INTERVAL_S)
+            for message in mirror.report():
+                channel.send(message)
+
+    reporter = asyncio.create_task(report_forever())
+    try:
+        await stop.wait()
+    finally:
+        reporter.cancel()
+        listener.close()
+        await server.shutdown(SHUTDOWN_GRACE_S)
+        for message in mirror.report():
+            channel.send(message)
+        channel.close()
+        mirror.close()

@@ -1,0 +1,209 @@
+"""``--workers``: reader workers on the spoke's port, as separate processes over real
+sockets. They answer plain hits from the owner's files, hand everything else over with
+its connection, are counted by the owner, never fetch, and never outlive a purge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from loadtest.bench import process_tree
+from loadtest.procs import Process, start_process
+from tests.conftest import CHUNK
+from tests.support.servers import GatedBackend, RunningServer
+
+Dataset = tuple[Path, dict[str, bytes]]
+BIG = "ds/big.bin"
+CONNECTIONS = 24  # all landing on one of two processes by chance: 2 ** -23
+
+
+@pytest.fixture
+async def workers(hub: RunningServer, tmp_path: Path) -> AsyncIterator[Process]:
+    spoke = await asyncio.to_thread(start_process, "spoke", [
+        "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+        "--workers", "2", "--meta-ttl", "1", "--access-log", "off", "--log-level", "warning",
+    ])
+    yield spoke
+    await asyncio.to_thread(spoke.stop)
+
+
+def host_port(server: Process) -> tuple[str, int]:
+    host, port = server.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+async def exchange(server: Process, *requests: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Send ``requests`` pipelined on one new connection; their answers, in order."""
+    reader, writer = await asyncio.open_connection(*host_port(server))
+    writer.write(b"".join(requests))
+    answers = []
+    try:
+        for _ in requests:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            lines = head.decode("latin-1").split("\r\n")
+            fields = {k.lower(): v for k, _, v in (ln.partition(": ") for ln in lines[1:] if ln)}
+            body = await asyncio.wait_for(
+                reader.readexactly(int(fields.get("content-length", "0"))), 10)
+            answers.append((int(lines[0].split()[1]), fields, body))
+    finally:
+        writer.close()
+    return answers
+
+
+def get(path: str, *fields: str) -> bytes:
+    return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: spoke", *fields]) + "\r\n\r\n").encode()
+
+
+def stats(server: Process) -> dict[str, int]:
+    with urllib.request.urlopen(f"{server.url}/stats", timeout=10) as reply:
+        data: dict[str, int] = json.loads(reply.read())
+        return data
+
+
+async def warm(server: Process) -> str:
+    """Read all of BIG (not a plain read: the owner answers); the owner's id prefix."""
+    [answer] = await exchange(server, get(f"/objects/{BIG}"))
+    assert answer[0] == 200
+    return process_of(answer)
+
+
+def process_of(answer: tuple[int, dict[str, str], bytes]) -> str:
+    return answer[1]["x-request-id"][:8]  # request ids start with a per-process prefix
+
+
+async def test_hits_are_served_by_both_processes_and_counted_once_by_the_owner(
+    workers: Process, dataset: Dataset
+) -> None:
+    data = dataset[1][BIG]
+    await warm(workers)
+    before = await asyncio.to_thread(stats, workers)
+    assert before["reader_workers"] == 1
+    reads = [(i * 1000, i * 1000 + 99) for i in range(CONNECTIONS)]
+    answers = await asyncio.gather(*(
+        exchange(workers, get(f"/objects/{BIG}", f"Range: bytes={a}-{b}")) for a, b in reads))
+    for (a, b), [answer] in zip(reads, answers, strict=True):
+        assert (answer[0], answer[1]["x-cache"], answer[2]) == (206, "HIT", data[a:b + 1])
+    assert len({process_of(answer) for [answer] in answers}) == 2
+    # Reader workers report every 50 ms: the owner counts every hit, fetches nothing.
+    for _ in range(100):
+        after = await asyncio.to_thread(stats, workers)
+        if after["hits"] - before["hits"] == CONNECTIONS:
+            break
+        await asyncio.sleep(0.05)
+    assert after["hits"] - before["hits"] == CONNECTIONS
+    assert after["bytes_served_hit"] - before["bytes_served_hit"] == 100 * CONNECTIONS
+    assert after["hub_fetches"] == before["hub_fetches"]
+
+
+async def test_what_a_reader_declines_the_owner_answers_on_the_same_connection(
+    workers: Process, dataset: Dataset
+) -> None:
+    data = dataset[1][BIG]
+    # Cold reads (misses) pipelined with a plain read and a management route: the
+    # reader passes the connection and the bytes it read; the owner answers all three.
+    requests = [
+        get(f"/objects/{BIG}", f"Range: bytes={5 * CHUNK}-{5 * CHUNK + 9}"),
+        get(f"/objects/{BIG}", f"Range: bytes={5 * CHUNK + 10}-{5 * CHUNK + 19}"),
+        get("/healthz"),
+    ]
+    answers = await asyncio.gather(*(exchange(workers, *requests) for _ in range(CONNECTIONS)))
+    for first, second, health in answers:
+        assert (first[0], first[2]) == (206, data[5 * CHUNK:5 * CHUNK + 10])
+        assert (second[0], second[2]) == (206, data[5 * CHUNK + 10:5 * CHUNK + 20])
+        assert health[0] == 200
+    counts = await asyncio.to_thread(stats, workers)
+    assert counts["handed_over_connections"] >= 1
+    assert counts["hub_fetches"] == 1  # one chunk, fetched once for every connection
+
+
+async def test_no_process_serves_a_purged_chunk_once_the_purge_has_answered(
+    workers: Process, gated: GatedBackend
+) -> None:
+    owner = await warm(workers)
+    plain = get(f"/objects/{BIG}", "Range: bytes=0-99")
+    streams = await asyncio.gather(
+        *(asyncio.open_connection(*host_port(workers)) for _ in range(CONNECTIONS)))
+
+    async def read_on_each() -> list[tuple[int, str]]:
+        answers = []
+        for reader, writer in streams:
+            writer.write(plain)
+            head = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)).decode()
+            length = int(head.split("Content-Length: ")[1].split("\r\n")[0])
+            await reader.readexactly(length)
+            answers.append((int(head.split()[1]), head.split("X-Request-Id: ")[1][:8]))
+        return answers
+
+    try:
+        before = await read_on_each()
+        assert {status for status, _ in before} == {206}
+        assert {prefix for _, prefix in before} - {owner}  # readers hold open chunk files
+        # By prefix: manifests stay fresh, only the chunks go (what readers must drop).
+        request = urllib.request.Request(f"{workers.url}/cache/ds/", method="DELETE")
+        await asyncio.to_thread(urllib.request.urlopen, request, timeout=10)
+        gated.fail_reads = True  # the hub cannot give the bytes back: a 206 now is purged bytes
+        after = await read_on_each()
+    finally:
+        for _, writer in streams:
+            writer.close()
+    assert all(status >= 500 for status, _ in after), after
+
+
+async def test_readers_keep_serving_past_the_manifest_ttl(workers: Process) -> None:
+    # --meta-ttl 1, and only connections a reader accepted: the owner sees none of
+    # these reads, yet revalidates what readers read before their copy expires, so a
+    # reader never finds it stale and hands its connection over mid-stream.
+    owner = await warm(workers)
+    before = await asyncio.to_thread(stats, workers)
+    plain = get(f"/objects/{BIG}", "Range: bytes=0-99")
+
+    async def read(stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> str:
+        reader, writer = stream
+        writer.write(plain)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert b"X-Cache: HIT" in head
+        await reader.readexactly(100)
+        return head.split(b"X-Request-Id: ")[1][:8].decode()
+
+    streams = await asyncio.gather(
+        *(asyncio.open_connection(*host_port(workers)) for _ in range(CONNECTIONS)))
+    ours = []
+    for stream in streams:
+        if await read(stream) != owner:
+            ours.append(stream)
+        else:
+            stream[1].close()
+    assert ours
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 2.5
+    try:
+        while loop.time() < until:
+            assert owner not in [await read(stream) for stream in ours]  # nobody moved
+            await asyncio.sleep(0.05)
+    finally:
+        for _, writer in ours:
+            writer.close()
+    after = await asyncio.to_thread(stats, workers)
+    assert after["manifest_fetches"] > before["manifest_fetches"]  # revalidated meanwhile
+
+
+async def test_reader_workers_stop_with_the_spoke(hub: RunningServer, tmp_path: Path) -> None:
+    spoke = await asyncio.to_thread(start_process, "spoke", [
+        "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+        "--workers", "3",
+    ])
+    try:
+        readers = [pid for pid in process_tree(spoke.pid) if pid != spoke.pid]
+        assert len(readers) == 2
+        assert (await asyncio.to_thread(stats, spoke))["reader_workers"] == 2
+    finally:
+        assert await asyncio.to_thread(spoke.stop) == 0
+    for pid in readers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
