@@ -106,6 +106,8 @@ class Settings:
     cold_random_conns: int = 16
     cold_rounds: int = 1
     wrk_threads: int = 2
+    # Like nginx's ``worker_processes auto``: one process per core (spoke.readers).
+    spoke_workers: str = "auto"
 
     @property
     def data_bytes(self) -> int:
@@ -473,6 +475,7 @@ class Lab:
             "--hub", self.spoke_upstream, "--cache-dir", cache_dir,
             "--capacity", str(2 * self.settings.data_bytes),
             "--access-log", "off", "--log-level", "warning",
+            "--workers", self.settings.spoke_workers,
         ], log_dir=self.log_dir)
         return self.spoke
 
@@ -1073,6 +1076,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "temp dir, removed at the end)")
     parser.add_argument("--seconds", type=float, help="wrk seconds per cell")
     parser.add_argument("--rounds", type=int, help="interleaved rounds per wrk cell")
+    parser.add_argument("--spoke-workers", default="auto",
+                        help="the spoke's --workers (default auto, like nginx's workers)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile the spoke with py-spy (if installed)")
     parser.add_argument("--from-json", metavar="REPORT_JSON",
@@ -1130,9 +1135,8 @@ def main(argv: list[str] | None = None) -> int:
         print(rerender(args.from_json, args.out))
         return 0
     s = QUICK if args.quick else FULL
-    if args.seconds or args.rounds:
-        s = Settings(**{**asdict(s), "wrk_seconds": args.seconds or s.wrk_seconds,
-                        "rounds": args.rounds or s.rounds})
+    s = Settings(**{**asdict(s), "wrk_seconds": args.seconds or s.wrk_seconds,
+                    "rounds": args.rounds or s.rounds, "spoke_workers": args.spoke_workers})
     missing = [tool for tool, found in (("nginx", nginx_binary()), ("wrk", wrk_binary()))
                if found is None]
     if missing:

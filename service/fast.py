@@ -54,7 +54,10 @@ class Reply:
 
 # None: not for the fast path (aiohttp takes the connection). A Reply: answered.
 # An awaitable: answering; the connection reads no further request until it is done.
-FastHandler = Callable[[RequestHead, "FastConnection"], Reply | Awaitable[Reply] | None]
+# It may still decline with None, having sent nothing: the request then goes to aiohttp.
+FastHandler = Callable[
+    [RequestHead, "FastConnection"], Reply | Awaitable[Reply | None] | None
+]
 
 
 FAST: web.AppKey[FastHandler] = web.AppKey("fast_handler")
@@ -318,6 +321,7 @@ class FastProtocol(asyncio.Protocol):
             if outcome is None:
                 self._hand_off()
                 return
+            request = bytes(self._buf[: end + 4])
             del self._buf[: end + 4]
             if isinstance(outcome, Reply):
                 self._done(head, outcome, started)
@@ -325,7 +329,7 @@ class FastProtocol(asyncio.Protocol):
             context = contextvars.copy_context()
             context.run(logs.request_id.set, self.request_id)
             self.task = asyncio.get_running_loop().create_task(
-                self._answer(head, outcome, started), context=context
+                self._answer(head, request, outcome, started), context=context
             )
             return
         if self._transport is not None and not self._buf:
@@ -334,7 +338,10 @@ class FastProtocol(asyncio.Protocol):
                 self._reading_paused = False
                 self._transport.resume_reading()
 
-    async def _answer(self, head: RequestHead, outcome: Awaitable[Reply], started: float) -> None:
+    async def _answer(
+        self, head: RequestHead, request: bytes, outcome: Awaitable[Reply | None],
+        started: float,
+    ) -> None:
         try:
             reply = await outcome
         except (ConnectionError, asyncio.CancelledError):
@@ -346,6 +353,11 @@ class FastProtocol(asyncio.Protocol):
             return
         finally:
             self.task = None
+        if reply is None:  # declined after all: aiohttp reads the request from the start
+            if self._transport is not None:
+                self._buf[:0] = request
+                self._hand_off()
+            return
         self._done(head, reply, started)
         if self._transport is not None:
             self._process()

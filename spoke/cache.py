@@ -315,6 +315,10 @@ class ChunkCache:
     def is_cached(self, manifest: Manifest, index: int) -> bool:
         return chunk_name(manifest_version(manifest), index) in self._resident
 
+    def manifest_time_left(self, path: str) -> float:
+        """Seconds ``path``'s manifest stays fresh (0: not fresh)."""
+        return self._meta.time_left(path)
+
     def fresh_manifest(self, path: str) -> Manifest | None:
         """The manifest of ``path`` when it is known and within its TTL; no I/O."""
         return self._meta.get(path)

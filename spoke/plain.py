@@ -76,17 +76,21 @@ class PlainReads:
             self._paths[target] = path
         return path
 
+    @staticmethod
+    def is_plain(head: RequestHead) -> bool:
+        """Whether ``head`` is a plain read (cached or not)."""
+        return head.method == "GET" and PLAIN_FIELDS.issuperset(head.headers) and \
+            "range" in head.headers
+
     def answer(
         self, source: HitSource, conn: FastConnection, head: RequestHead, path: str,
         manifest: Manifest,
     ) -> Reply | None:
         """Answer ``head`` if it is a plain read of cached chunks, else None (nothing sent)."""
+        if not self.is_plain(head):
+            return None
         headers = head.headers
-        if head.method != "GET" or not PLAIN_FIELDS.issuperset(headers):
-            return None
-        spec = headers.get("range")
-        if spec is None:
-            return None
+        spec = headers["range"]
         match = _ONE_RANGE.fullmatch(spec)
         if match is None:
             return self._planned(source, conn, head, path, manifest)

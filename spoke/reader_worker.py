@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from protocol.errors import ProtocolError
@@ -33,6 +34,9 @@ from spoke.store import ChunkStore
 logger = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 0.05
+# How long a plain read waits for the owner to say what a path is (a hub round trip
+# when it does not know either) before the connection goes to the owner anyway.
+MANIFEST_WAIT_S = 2.0
 MAX_REPORTED_NAMES = 1000  # per message, to stay well inside one packet
 SHUTDOWN_GRACE_S = 5.0
 
@@ -45,6 +49,7 @@ class Mirror:
 
     def __init__(self, store: ChunkStore) -> None:
         self.manifests: dict[str, tuple[Manifest, float]] = {}
+        self._asked: dict[str, asyncio.Future[None]] = {}
         self.names: set[str] = set()
         self._fds = OpenChunks(store.open)
         self.hits: dict[str, int] = {}
@@ -57,8 +62,12 @@ class Mirror:
         if kind == "manifest":
             _, path, wire, expires_at = message
             self.manifests[path] = (decode_manifest(wire), expires_at)
+            self._answered(path)
         elif kind == "gone":
             self.manifests.pop(message[1], None)
+            self._answered(message[1])
+        elif kind == "unknown":  # the owner has no fresh manifest to give (hub down...)
+            self._answered(message[1])
         elif kind == "add":
             self.names.update(message[1])
         elif kind == "drop":
@@ -74,6 +83,23 @@ class Mirror:
         if item is None or item[1] <= time.monotonic():
             return None
         return item[0]
+
+    async def ask(self, path: str, channel: Channel) -> Manifest | None:
+        """``path``'s manifest, asked of the owner (which may ask the hub), or None."""
+        asked = self._asked.get(path)
+        if asked is None:
+            asked = self._asked[path] = asyncio.get_running_loop().create_future()
+            channel.send(["want", path])
+        try:
+            await asyncio.wait_for(asyncio.shield(asked), MANIFEST_WAIT_S)
+        except TimeoutError:
+            self._asked.pop(path, None)
+        return self.manifest(path)
+
+    def _answered(self, path: str) -> None:
+        asked = self._asked.pop(path, None)
+        if asked is not None and not asked.done():
+            asked.set_result(None)
 
     def is_resident(self, name: str) -> bool:
         return name in self.names
@@ -116,24 +142,42 @@ class Mirror:
 class ReaderReads:
     """The reader's :data:`service.fast.FastHandler`: plain hits, else None (handed over)."""
 
-    def __init__(self, mirror: Mirror, checks_tokens: bool) -> None:
+    def __init__(self, mirror: Mirror, channel: Channel, checks_tokens: bool) -> None:
         self.mirror = mirror
+        self.channel = channel
         # With tokens on, every read carries one (not a plain read) or gets a 401:
         # the owner's to answer either way.
         self.checks_tokens = checks_tokens
         self.plain = PlainReads()
 
-    def __call__(self, head: RequestHead, conn: FastConnection) -> Reply | None:
-        if self.checks_tokens or not head.target.startswith(OBJECTS):
+    def __call__(
+        self, head: RequestHead, conn: FastConnection
+    ) -> Reply | Awaitable[Reply | None] | None:
+        if self.checks_tokens or not head.target.startswith(OBJECTS) or \
+                not self.plain.is_plain(head):
             return None
         try:
             path = self.plain.object_path(head.target)
         except ProtocolError:
             return None
+        started = time.perf_counter()
         manifest = self.mirror.manifest(path)
         if manifest is None:
+            return self._once_known(head, conn, path, started)
+        return self._answer(head, conn, path, manifest, started)
+
+    async def _once_known(
+        self, head: RequestHead, conn: FastConnection, path: str, started: float
+    ) -> Reply | None:
+        manifest = await self.mirror.ask(path, self.channel)
+        if manifest is None:
             return None
-        started = time.perf_counter()
+        return self._answer(head, conn, path, manifest, started)
+
+    def _answer(
+        self, head: RequestHead, conn: FastConnection, path: str, manifest: Manifest,
+        started: float,
+    ) -> Reply | None:
         reply = self.plain.answer(self.mirror, conn, head, path, manifest)
         if reply is not None:
             self.mirror.latency.observe(time.perf_counter() - started)
@@ -204,7 +248,7 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     channel = Channel(socket.socket(fileno=channel_fd), on_message, stop.set)
     limits = ConnectionLimits(config.max_connections_per_client, config.header_timeout_s)
     server = FastServer(
-        ReaderReads(mirror, checks_tokens=config.auth_secret_file is not None),
+        ReaderReads(mirror, channel, checks_tokens=config.auth_secret_file is not None),
         lambda: HandOver(channel, limits), limits, idle_timeout_s=AIOHTTP_KEEPALIVE_S,
     )
     listener = await loop.create_server(

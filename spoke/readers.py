@@ -31,7 +31,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -202,11 +203,36 @@ class ReaderPool:
             waiter = reader.synced.pop(message[1], None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+        elif kind == "want":
+            self._spawn(self._tell_manifest(reader, message[1]))
         elif kind == "ready":
             if not reader.ready.done():
                 reader.ready.set_result(None)
         else:
             logger.error("unknown message from reader worker %d: %r", reader.proc.pid, kind)
+
+    async def _tell_manifest(self, reader: _Reader, path: str) -> None:
+        """A reader wants ``path``'s manifest: fresh from here, else from the hub (all
+        readers hear of it then), else "unknown" (the reader hands the read over)."""
+        manifest = self.cache.fresh_manifest(path)
+        if manifest is None:
+            try:
+                manifest, stale = await self.cache.manifest(path)
+            except Exception as exc:  # the owner answers the read, error and all
+                logger.debug("no manifest of %s for a reader worker: %s", path, exc)
+                stale = True
+            if not stale:
+                return  # told to every reader by the cache's watcher
+        else:
+            expires_at = time.monotonic() + self.cache.manifest_time_left(path)
+            reader.channel.send(self._manifest_message(path, manifest, expires_at))
+            return
+        reader.channel.send(["unknown", path])
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _adopt(self, fd: int, received: bytes) -> None:
         sock = socket.socket(fileno=fd)

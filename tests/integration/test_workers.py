@@ -207,3 +207,44 @@ async def test_reader_workers_stop_with_the_spoke(hub: RunningServer, tmp_path: 
     for pid in readers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def test_after_a_restart_readers_ask_the_owner_what_they_do_not_know(
+    hub: RunningServer, tmp_path: Path, dataset: Dataset
+) -> None:
+    # The chunks are on disk from the last run but no manifest is fresh: a reader asks
+    # the owner for it (the owner asks the hub) and answers, keeping its connection.
+    data = dataset[1][BIG]
+    args = ["--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+            "--workers", "2", "--access-log", "off"]
+    first = await asyncio.to_thread(start_process, "spoke", args)
+    try:
+        await warm(first)
+    finally:
+        await asyncio.to_thread(first.stop)
+    again = await asyncio.to_thread(start_process, "spoke", args)
+    try:
+        plain = get(f"/objects/{BIG}", "Range: bytes=10-19")
+        answers = await asyncio.gather(*(exchange(again, plain) for _ in range(CONNECTIONS)))
+        assert {(a[0], a[1]["x-cache"], a[2]) for [a] in answers} == {(206, "HIT", data[10:20])}
+        owner = await warm(again)
+        assert {process_of(a) for [a] in answers} - {owner}  # readers answered some
+        assert (await asyncio.to_thread(stats, again))["hub_fetches"] == 0
+    finally:
+        await asyncio.to_thread(again.stop)
+
+
+async def test_a_read_the_owner_cannot_place_is_handed_over_whole(
+    workers: Process, dataset: Dataset
+) -> None:
+    # A reader asks about a path the hub does not have; told "unknown", it hands the
+    # connection over with the request it was holding and the one pipelined after it.
+    data = dataset[1][BIG]
+    requests = [get("/objects/ds/nope.bin", "Range: bytes=0-9"),
+                get(f"/objects/{BIG}", "Range: bytes=0-9")]
+    answers = await asyncio.gather(*(exchange(workers, *requests) for _ in range(CONNECTIONS)))
+    for missing, found in answers:
+        assert missing[0] == 404
+        assert missing[1]["content-type"].startswith("application/problem+json")
+        assert (found[0], found[2]) == (206, data[0:10])
+    assert (await asyncio.to_thread(stats, workers))["handed_over_connections"] >= 1
