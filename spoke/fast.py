@@ -36,12 +36,12 @@ from spoke.plain import (
     OBJECTS,
     SENDFILE_MIN_BYTES,
     SYNC_BYTES,
+    WRITE_BLOCK_BYTES,
     PlainReads,
 )
 
 logger = logging.getLogger(__name__)
 
-WRITE_BLOCK_BYTES = 1 << 20
 
 
 class FastObjectReads:

@@ -13,7 +13,10 @@ reader worker (:mod:`spoke.readers`), its mirror of what the owner holds.
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+from collections.abc import Awaitable
 from itertools import takewhile
 from typing import Protocol
 
@@ -29,6 +32,8 @@ from spoke.cache import ChunkGone
 from spoke.keys import chunk_name, manifest_version
 from spoke.objects import new_boundary, representation
 
+logger = logging.getLogger(__name__)
+
 OBJECTS = "/objects/"
 # Hits up to this size (a batch of samples) are answered within the read callback,
 # when no single range is worth a sendfile: a connection then holds at most this
@@ -43,6 +48,7 @@ PLAIN_FIELDS = frozenset({
     "host", "range", "user-agent", "accept", "accept-encoding", "connection", "keep-alive",
     "x-request-id",
 })
+WRITE_BLOCK_BYTES = 1 << 20
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
 
 
@@ -57,6 +63,13 @@ class HitSource(Protocol):
 
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         """``ranges`` of ``manifest`` went to a loader from the cache, as one answer."""
+        ...
+
+
+class FileHitSource(HitSource, Protocol):
+    def open_hit(self, name: str, need_bytes: int) -> int:
+        """A new descriptor on a resident chunk's file (the caller closes it), counted as a
+        loader's hit; raises ChunkGone if it is gone or shorter than ``need_bytes``."""
         ...
 
 
@@ -89,38 +102,73 @@ class PlainReads:
         """Answer ``head`` if it is a plain read of cached chunks, else None (nothing sent)."""
         if not self.is_plain(head):
             return None
-        headers = head.headers
-        spec = headers["range"]
-        match = _ONE_RANGE.fullmatch(spec)
+        match = _ONE_RANGE.fullmatch(head.headers["range"])
         if match is None:
             return self._planned(source, conn, head, path, manifest)
-        size = manifest.size
-        start, stop = int(match[1]), min(int(match[2]) + 1, size)
-        length = stop - start
-        if start >= stop or length > SYNC_BYTES or (
-            conn.can_sendfile and length >= SENDFILE_MIN_BYTES
+        r = _one_range(match, manifest.size)
+        if r is None or r.length > SYNC_BYTES or (
+            conn.can_sendfile and r.length >= SENDFILE_MIN_BYTES
         ):
             return None
-        chunk_size, version = manifest.chunk_size, manifest_version(manifest)
-        first, last = start // chunk_size, (stop - 1) // chunk_size
-        for index in range(first, last + 1):
-            if not source.is_resident(chunk_name(version, index)):
-                return None
+        slices = _resident_slices(source, manifest, r)
+        if slices is None:
+            return None
         parts = [self._head_prefix(path, manifest), b""]
         try:
-            for index in range(first, last + 1):
-                base = index * chunk_size
-                lo, hi = max(start, base) - base, min(stop, base + chunk_size) - base
-                parts.append(source.read_hit(chunk_name(version, index), lo, hi))
+            parts += [source.read_hit(*piece) for piece in slices]
         except ChunkGone:
             return None  # deleted behind our back: the general path fetches it again
-        source.served(manifest, [ByteRange(start, stop)])
-        parts[1] = (
-            f"{start}-{stop - 1}/{size}\r\nContent-Length: {length}\r\nX-Cache: HIT\r\n"
-            f"{conn.head_end(head.keep_alive)}"
-        ).encode("latin-1")
+        source.served(manifest, [r])
+        parts[1] = _head_rest(conn, head, r, manifest.size)
         conn.writelines(parts)
-        return Reply(206, length, "HIT")
+        return Reply(206, r.length, "HIT")
+
+    def answer_large(
+        self, source: FileHitSource, conn: FastConnection, head: RequestHead, path: str,
+        manifest: Manifest,
+    ) -> Awaitable[Reply | None] | None:
+        """A plain read of one cached range worth a sendfile, sent that way; None when
+        ``head`` is not one (then :meth:`answer` is the one to ask)."""
+        if not conn.can_sendfile or not self.is_plain(head):
+            return None
+        match = _ONE_RANGE.fullmatch(head.headers["range"])
+        r = None if match is None else _one_range(match, manifest.size)
+        if r is None or r.length < SENDFILE_MIN_BYTES:
+            return None
+        slices = _resident_slices(source, manifest, r)
+        if slices is None:
+            return None
+        return self._send_files(source, conn, head, path, manifest, r, slices)
+
+    async def _send_files(
+        self, source: FileHitSource, conn: FastConnection, head: RequestHead, path: str,
+        manifest: Manifest, r: ByteRange, slices: list[tuple[str, int, int]],
+    ) -> Reply | None:
+        fds: list[int] = []
+        try:
+            try:
+                fds += [source.open_hit(name, hi) for name, _, hi in slices]
+            except ChunkGone:
+                return None  # nothing sent yet: the general path fetches it again
+            conn.writelines([self._head_prefix(path, manifest),
+                             _head_rest(conn, head, r, manifest.size)])
+            for fd, (_, lo, hi) in zip(fds, slices, strict=True):
+                if not await conn.sendfile(fd, lo, hi - lo):  # bytes still queued
+                    for offset in range(lo, hi, WRITE_BLOCK_BYTES):
+                        conn.write(os.pread(fd, min(hi, offset + WRITE_BLOCK_BYTES) - offset,
+                                            offset))
+                        await conn.drain()
+        except ConnectionError:
+            raise
+        except Exception as exc:
+            # The head is gone: a cut connection is the only honest signal left.
+            logger.warning("aborting a plain read of %s mid-body: %s", path, exc)
+            conn.abort()
+        finally:
+            for fd in fds:
+                os.close(fd)
+        source.served(manifest, [r])
+        return Reply(206, r.length, "HIT")
 
     def _planned(
         self, source: HitSource, conn: FastConnection, head: RequestHead, path: str,
@@ -176,3 +224,32 @@ class PlainReads:
             self._prefixes.clear()
         self._prefixes[path] = (manifest, head)
         return head
+
+
+def _one_range(match: re.Match[str], size: int) -> ByteRange | None:
+    """The ``bytes=a-b`` range within an object of ``size`` bytes, or None (416's case)."""
+    start, stop = int(match[1]), min(int(match[2]) + 1, size)
+    return ByteRange(start, stop) if start < stop else None
+
+
+def _resident_slices(
+    source: HitSource, manifest: Manifest, r: ByteRange
+) -> list[tuple[str, int, int]] | None:
+    """(chunk name, start, stop) of each chunk ``r`` touches, or None unless all are cached."""
+    chunk_size, version = manifest.chunk_size, manifest_version(manifest)
+    slices = []
+    for index in range(r.start // chunk_size, (r.stop - 1) // chunk_size + 1):
+        name = chunk_name(version, index)
+        if not source.is_resident(name):
+            return None
+        base = index * chunk_size
+        slices.append((name, max(r.start, base) - base, min(r.stop, base + chunk_size) - base))
+    return slices
+
+
+def _head_rest(conn: FastConnection, head: RequestHead, r: ByteRange, size: int) -> bytes:
+    """A plain 206's head after its prefix: the range's numbers, X-Cache, the end."""
+    return (
+        f"{r.start}-{r.stop - 1}/{size}\r\nContent-Length: {r.length}\r\nX-Cache: HIT\r\n"
+        f"{conn.head_end(head.keep_alive)}"
+    ).encode("latin-1")

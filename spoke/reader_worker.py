@@ -48,6 +48,7 @@ class Mirror:
     """
 
     def __init__(self, store: ChunkStore) -> None:
+        self.store = store
         self.manifests: dict[str, tuple[Manifest, float]] = {}
         self._asked: dict[str, asyncio.Future[None]] = {}
         self.names: set[str] = set()
@@ -116,6 +117,19 @@ class Mirror:
         self.hits[name] = self.hits.get(name, 0) + 1
         return data
 
+    def open_hit(self, name: str, need_bytes: int) -> int:
+        try:
+            fd = self.store.open(name)
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0 and os.fstat(fd).st_size >= need_bytes:
+            self.hits[name] = self.hits.get(name, 0) + 1
+            return fd
+        if fd >= 0:
+            os.close(fd)
+        self.names.discard(name)
+        raise ChunkGone(name)
+
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)
 
@@ -172,17 +186,31 @@ class ReaderReads:
         manifest = await self.mirror.ask(path, self.channel)
         if manifest is None:
             return None
-        return self._answer(head, conn, path, manifest, started)
+        reply = self._answer(head, conn, path, manifest, started)
+        return reply if reply is None or isinstance(reply, Reply) else await reply
 
     def _answer(
         self, head: RequestHead, conn: FastConnection, path: str, manifest: Manifest,
         started: float,
-    ) -> Reply | None:
+    ) -> Reply | Awaitable[Reply | None] | None:
         reply = self.plain.answer(self.mirror, conn, head, path, manifest)
-        if reply is not None:
-            self.mirror.latency.observe(time.perf_counter() - started)
-            self.mirror.paths_read.add(path)
+        if reply is None:
+            large = self.plain.answer_large(self.mirror, conn, head, path, manifest)
+            return None if large is None else self._observed(large, path, started)
+        self._observe(path, started)
         return reply
+
+    async def _observed(
+        self, answering: Awaitable[Reply | None], path: str, started: float
+    ) -> Reply | None:
+        reply = await answering
+        if reply is not None:
+            self._observe(path, started)
+        return reply
+
+    def _observe(self, path: str, started: float) -> None:
+        self.mirror.latency.observe(time.perf_counter() - started)
+        self.mirror.paths_read.add(path)
 
 
 class HandOver(asyncio.Protocol):

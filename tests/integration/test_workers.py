@@ -248,3 +248,23 @@ async def test_a_read_the_owner_cannot_place_is_handed_over_whole(
         assert missing[1]["content-type"].startswith("application/problem+json")
         assert (found[0], found[2]) == (206, data[0:10])
     assert (await asyncio.to_thread(stats, workers))["handed_over_connections"] >= 1
+
+
+async def test_a_large_range_is_answered_alike_by_either_process(
+    workers: Process, dataset: Dataset
+) -> None:
+    # Large enough for sendfile: a reader sends it from the chunk files itself; the
+    # owner through its general path. A loader cannot tell which answered.
+    data = dataset[1][BIG]
+    owner = await warm(workers)
+    a, b = CHUNK + 11, 6 * CHUNK + 5  # 6 chunks, ~320 KiB
+    answers = await asyncio.gather(*(
+        exchange(workers, get(f"/objects/{BIG}", f"Range: bytes={a}-{b}"))
+        for _ in range(CONNECTIONS)))
+    heads = {}
+    for [(status, fields, body)] in answers:
+        assert (status, fields["x-cache"], body) == (206, "HIT", data[a:b + 1])
+        same = {k: v for k, v in fields.items() if k not in ("date", "x-request-id")}
+        heads.setdefault(fields["x-request-id"][:8] == owner, []).append(same)
+    assert set(heads) == {True, False}  # both answered some
+    assert all(h == heads[True][0] for group in heads.values() for h in group)
