@@ -81,6 +81,7 @@ async def get_stats(request: web.Request) -> web.Response:
     if readers is not None:
         snapshot["reader_workers"] = readers.alive
         snapshot["handed_over_connections"] = readers.handed_over
+        snapshot["reader_restarts"] = readers.restarts
     return web.json_response(snapshot)
 
 

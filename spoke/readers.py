@@ -53,6 +53,7 @@ STOP_TIMEOUT_S = 5.0
 # thousands of chunks) is not mirrored, and its reads go to the owner.
 MAX_MIRRORED_MANIFEST_BYTES = MAX_MESSAGE_BYTES - 4096
 SNAPSHOT_BATCH = 1000  # names per message: ~40 KiB
+RESTART_PAUSE_S = 1.0
 
 
 @dataclass(eq=False)
@@ -60,6 +61,8 @@ class _Reader:
     proc: asyncio.subprocess.Process
     ready: asyncio.Future[None]
     channel: Channel = field(init=False)
+    killed: bool = False  # by us: not to be replaced
+    listening: bool = False
     synced: dict[int, asyncio.Future[None]] = field(default_factory=dict)
 
 
@@ -72,8 +75,11 @@ class ReaderPool:
     def __init__(self) -> None:
         self.readers: list[_Reader] = []
         self.handed_over = 0  # connections readers passed to this process
+        self.restarts = 0  # readers replaced after dying on their own
         self._seq = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._argv: list[str] = []
+        self._stopping = False
 
     async def start(
         self, cache: ChunkCache, latency: dict[str, Histogram],
@@ -84,31 +90,53 @@ class ReaderPool:
         ``cache``; returns once each listens (or has failed, logged). ``take_over``
         makes the protocol of a connection a reader hands over."""
         self.cache, self.latency, self.take_over = cache, latency, take_over
-        loop = asyncio.get_running_loop()
+        self._argv = [*argv, "--port", str(port)]
         cache.watcher = self
-        for _ in range(count):
-            ours, theirs = channel_pair()
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "spoke", *argv, "--port", str(port),
-                "--reader-channel", str(theirs.fileno()),
-                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
-            )
-            theirs.close()
-            reader = _Reader(proc, loop.create_future())
-            reader.channel = Channel(
-                ours, partial(self._on_message, reader), partial(self._on_close, reader)
-            )
-            self.readers.append(reader)
-            self._send_snapshot(reader.channel)
-        waits = [asyncio.wait_for(asyncio.shield(r.ready), READY_TIMEOUT_S) for r in self.readers]
+        started = [await self._spawn() for _ in range(count)]
+        waits = [asyncio.wait_for(asyncio.shield(r.ready), READY_TIMEOUT_S) for r in started]
         for reader, outcome in zip(
-            self.readers, await asyncio.gather(*waits, return_exceptions=True), strict=True
+            started, await asyncio.gather(*waits, return_exceptions=True), strict=True
         ):
             if outcome is not None:
                 logger.error("reader worker %d did not start: %r", reader.proc.pid, outcome)
                 self._kill(reader)
-        logger.info("%d reader workers listening", sum(1 for r in self.readers if r.ready.done()
-                                                         and not r.channel.closed))
+        logger.info("%d reader workers listening", self.alive)
+
+    async def _spawn(self) -> _Reader:
+        ours, theirs = channel_pair()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "spoke", *self._argv,
+                "--reader-channel", str(theirs.fileno()),
+                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        reader = _Reader(proc, asyncio.get_running_loop().create_future())
+        reader.channel = Channel(
+            ours, partial(self._on_message, reader), partial(self._on_close, reader)
+        )
+        self.readers.append(reader)
+        self._send_snapshot(reader.channel)
+        return reader
+
+    async def _replace(self, gone: _Reader) -> None:
+        """A reader died on its own: reap it and, after a pause (no crash loop at full
+        speed), start another in its place."""
+        await gone.proc.wait()
+        self.readers.remove(gone)
+        await asyncio.sleep(RESTART_PAUSE_S)
+        if self._stopping:
+            return
+        reader = await self._spawn()
+        try:
+            await asyncio.wait_for(asyncio.shield(reader.ready), READY_TIMEOUT_S)
+        except (TimeoutError, ConnectionError) as exc:
+            logger.error("reader worker %d did not start: %r", reader.proc.pid, exc)
+            self._kill(reader)
+            return
+        self.restarts += 1
+        logger.warning("reader worker %d replaces %d", reader.proc.pid, gone.proc.pid)
 
     async def sync(self) -> None:
         """Return once every reader has applied every change told so far (a purge's
@@ -132,6 +160,9 @@ class ReaderPool:
                 self._kill(reader)
 
     async def stop(self) -> None:
+        self._stopping = True
+        for task in list(self._tasks):
+            task.cancel()
         if self.readers and self.cache.watcher is self:
             self.cache.watcher = None
         for reader in self.readers:
@@ -144,12 +175,11 @@ class ReaderPool:
                 self._kill(reader)
                 await reader.proc.wait()
             reader.channel.close()
-        for task in list(self._tasks):
-            task.cancel()
 
     @property
     def alive(self) -> int:
-        return sum(1 for r in self.readers if not r.channel.closed)
+        """Readers listening now."""
+        return sum(1 for r in self.readers if r.listening and not r.channel.closed)
 
     # -- CacheWatcher ---------------------------------------------------------
 
@@ -204,8 +234,9 @@ class ReaderPool:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         elif kind == "want":
-            self._spawn(self._tell_manifest(reader, message[1]))
+            self._spawn_task(self._tell_manifest(reader, message[1]))
         elif kind == "ready":
+            reader.listening = True
             if not reader.ready.done():
                 reader.ready.set_result(None)
         else:
@@ -229,7 +260,7 @@ class ReaderPool:
             return
         reader.channel.send(["unknown", path])
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -256,11 +287,13 @@ class ReaderPool:
         reader.synced.clear()
         if not reader.ready.done():
             reader.ready.set_exception(ConnectionError("reader worker gone"))
-        if reader.proc.returncode is None and self.cache.watcher is self:
-            logger.error("lost touch with reader worker %d", reader.proc.pid)
+        if not self._stopping and reader.listening and not reader.killed:
+            logger.error("lost touch with reader worker %d; replacing it", reader.proc.pid)
+            self._spawn_task(self._replace(reader))
 
     def _kill(self, reader: _Reader) -> None:
         """Stop a reader now (reaped by :meth:`stop`); its connections are cut."""
+        reader.killed = True
         if reader.proc.returncode is None:
             reader.proc.kill()
         reader.channel.close()

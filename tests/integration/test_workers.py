@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -268,3 +269,22 @@ async def test_a_large_range_is_answered_alike_by_either_process(
         heads.setdefault(fields["x-request-id"][:8] == owner, []).append(same)
     assert set(heads) == {True, False}  # both answered some
     assert all(h == heads[True][0] for group in heads.values() for h in group)
+
+
+async def test_a_reader_that_dies_is_replaced(workers: Process, dataset: Dataset) -> None:
+    data = dataset[1][BIG]
+    owner = await warm(workers)
+    [reader] = [pid for pid in process_tree(workers.pid) if pid != workers.pid]
+    os.kill(reader, signal.SIGKILL)
+    for _ in range(100):  # replaced after a 1 s pause
+        counts = await asyncio.to_thread(stats, workers)
+        if counts["reader_restarts"] == 1 and counts["reader_workers"] == 1:
+            break
+        await asyncio.sleep(0.1)
+    assert (counts["reader_restarts"], counts["reader_workers"]) == (1, 1)
+    [replacement] = [pid for pid in process_tree(workers.pid) if pid != workers.pid]
+    assert replacement != reader
+    plain = get(f"/objects/{BIG}", "Range: bytes=0-99")
+    answers = await asyncio.gather(*(exchange(workers, plain) for _ in range(CONNECTIONS)))
+    assert {(a[0], a[2]) for [a] in answers} == {(206, data[:100])}
+    assert {process_of(a) for [a] in answers} - {owner}  # the new reader serves
