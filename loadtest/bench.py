@@ -556,8 +556,11 @@ def warm_tests(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
         ("nginx file", lambda: f"{lb.nginx.url}/file/{file_path}", lambda: lb.nginx.pid),
     ]
     tests = [
-        ("4MiB", "random_range.lua", [size, str(s.big_range)], s.big_conns, 1, targets),
-        ("64KiB", "random_range.lua", [size, str(s.small_range)], s.small_conns, 1, targets),
+        # ALIGN = the range size: fixed-size records, as loaders read (the round is the seed).
+        ("4MiB", "random_range.lua", [size, str(s.big_range), str(s.big_range)], s.big_conns, 1,
+         targets),
+        ("64KiB", "random_range.lua", [size, str(s.small_range), str(s.small_range)],
+         s.small_conns, 1, targets),
         (f"batch{s.batch}x64KiB", "multi_range.lua",
          [size, str(s.small_range), str(s.batch)], s.batch_conns, s.batch, targets[:3]),
     ]
@@ -1031,7 +1034,8 @@ def profile_spoke(lb: Lab, s: Settings, file_path: str, out_dir: str) -> dict[st
     try:
         time.sleep(0.5)
         run_wrk("spoke", "profile", f"{lb.spoke_url}/objects/{file_path}", "random_range.lua",
-                [str(s.file_bytes), str(s.small_range), "99"], s.small_conns, seconds, 1, None,
+                [str(s.file_bytes), str(s.small_range), str(s.small_range), "99"], s.small_conns,
+                seconds, 1, None,
                 s.wrk_threads)
         spy.wait(timeout=seconds + 30)
     except subprocess.TimeoutExpired:
