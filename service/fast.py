@@ -145,6 +145,8 @@ class FastConnection(Protocol):
 
     async def sendfile(self, fd: int, offset: int, count: int) -> bool: ...
 
+    def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool: ...
+
     def abort(self) -> None: ...
 
 
@@ -278,6 +280,45 @@ class FastProtocol(asyncio.Protocol):
                 count -= sent
             if count:
                 await self._socket_writable()
+        return True
+
+    def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool:
+        """``head``, then each (fd, offset, count) piece of a file, within this callback:
+        with ``os.sendfile`` while the socket takes it (no copy through Python, for a
+        connection that :attr:`can_sendfile`), the rest read and queued on the
+        transport, in order. The descriptors need only stay open until this returns.
+        False when a file was shorter than its piece: the connection is cut then.
+        """
+        transport, sock_fd = self._transport, self._sock_fd
+        if transport is None:
+            raise ConnectionResetError("connection lost")
+        transport.write(head)
+        # Once anything waits in the transport, the rest must queue behind it.
+        queued = sock_fd is None or transport.get_write_buffer_size() > 0
+        for fd, offset, count in pieces:
+            while count and not queued:
+                assert sock_fd is not None
+                try:
+                    sent = os.sendfile(sock_fd, fd, offset, count)
+                except BlockingIOError:
+                    queued = True
+                    break
+                except OSError as exc:
+                    logger.debug("sendfile to %s failed: %s", self.client, exc)
+                    self.abort()
+                    return True  # the client's side failed, not the file
+                if sent == 0:
+                    count = -1  # the file ended early
+                    break
+                offset, count = offset + sent, count - sent
+            if count > 0:
+                data = os.pread(fd, count, offset)
+                transport.write(data)
+                count -= len(data)
+            if count:
+                logger.warning("a cached file ended before its range; cutting the answer")
+                self.abort()
+                return False
         return True
 
     def abort(self) -> None:

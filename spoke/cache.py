@@ -355,6 +355,22 @@ class ChunkCache:
         """The fresh manifests (path, manifest, expiry) and the resident chunks' names."""
         return list(self._meta.live_items()), [name for name, _ in self._resident.items()]
 
+    def fd_hit(self, name: str, need_bytes: int) -> int:
+        """Resident chunk ``name``'s open descriptor, counted as a loader's hit; valid
+        within the calling callback (see :meth:`OpenChunks.fd`). Raises ChunkGone (and
+        forgets the chunk) when its file is gone or shorter than ``need_bytes``."""
+        try:
+            fd = self._fds.fd(name, need_bytes)
+        except FileNotFoundError:
+            self._forget(name)
+            raise ChunkGone(name) from None
+        self._count_hit(name)
+        return fd
+
+    def forget(self, name: str) -> None:
+        """Chunk ``name``'s file turned out unusable: the next read fetches it again."""
+        self._forget(name)
+
     def _count_hit(self, name: str) -> None:
         self.stats.hits += 1
         self.policy.touch(name)

@@ -250,6 +250,12 @@ class _CacheHits:
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
         return self.cache.read_hit(name, start, stop)
 
+    def fd_hit(self, name: str, need_bytes: int) -> int:
+        return self.cache.fd_hit(name, need_bytes)
+
+    def forget(self, name: str) -> None:
+        self.cache.forget(name)
+
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.cache.stats.bytes_served_hit += sum(r.length for r in ranges)
         self.reads.readahead.observe(manifest, ranges)

@@ -117,6 +117,19 @@ class Mirror:
         self.hits[name] = self.hits.get(name, 0) + 1
         return data
 
+    def forget(self, name: str) -> None:
+        self.names.discard(name)  # the owner finds out when it reads it, or answers
+        self._fds.discard(name)
+
+    def fd_hit(self, name: str, need_bytes: int) -> int:
+        try:
+            fd = self._fds.fd(name, need_bytes)
+        except FileNotFoundError:
+            self.names.discard(name)
+            raise ChunkGone(name) from None
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return fd
+
     def open_hit(self, name: str, need_bytes: int) -> int:
         try:
             fd = self.store.open(name)

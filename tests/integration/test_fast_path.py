@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import re
 import socket
@@ -249,3 +250,69 @@ async def test_plain_reads_count_hits_like_the_general_path(
         after = await counters()
         deltas.append((after[0] - before[0], after[1] - before[1]))
     assert deltas == [(2, 20), (2, 20)]  # two chunks touched, 20 bytes served
+
+
+def chunk_file(cache_dir: Path, etag: str, index: int) -> Path:
+    from spoke.keys import chunk_name, version_id
+
+    name = chunk_name(version_id(BIG, etag, CHUNK), index)
+    return cache_dir / "chunks" / name[:2] / name
+
+
+async def test_a_torn_chunk_file_is_never_sent_and_is_fetched_again(
+    make_spoke: SpokeFactory, tmp_path: Path, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    # Plain reads send chunk files with sendfile, after the head: a short file must be
+    # caught before (its size is checked when opened), or cut the answer and be
+    # dropped, never padded or served short as if complete.
+    spoke = await make_spoke()
+    data = dataset[1][BIG]
+    await warm(http, spoke, BIG)
+    async with http.head(f"{spoke.url}/objects/{BIG}") as resp:
+        etag = resp.headers["ETag"]
+    plain = get(BIG, f"Range: bytes={CHUNK + 10}-{CHUNK + 1009}")
+
+    os.truncate(chunk_file(tmp_path / "cache", etag, 1), 500)  # torn before it is opened
+    reader, writer = await connect(spoke)
+    writer.write(plain)
+    status, headers, body = await read_response(reader)
+    assert (status, headers["x-cache"], body) == (206, "MISS", data[CHUNK + 10:CHUNK + 1010])
+    writer.close()
+
+    reader, writer = await connect(spoke)  # fetched again, and now opened for sendfile
+    writer.write(plain)
+    assert (await read_response(reader))[1]["x-cache"] == "HIT"
+    os.truncate(chunk_file(tmp_path / "cache", etag, 1), 500)  # torn while open
+    writer.write(plain)
+    with pytest.raises(asyncio.IncompleteReadError):
+        await read_response(reader)
+    writer.close()
+
+    reader, writer = await connect(spoke)
+    writer.write(plain)
+    status, headers, body = await read_response(reader)
+    assert (status, headers["x-cache"], body) == (206, "MISS", data[CHUNK + 10:CHUNK + 1010])
+    writer.close()
+
+
+async def test_plain_reads_reach_a_slow_reader_whole_and_in_order(
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    # Far more answered bytes than the socket holds: sendfile stops part way, the rest
+    # of each answer is queued behind it, and the next answers behind those.
+    data = dataset[1][BIG]
+    await warm(http, spoke, BIG)
+    host, port = spoke.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    rng = random.Random(11)
+    ranges = [(a, a + 60_000) for a in (rng.randrange(len(data) - 60_000) for _ in range(150))]
+    writer.write(b"".join(get(BIG, f"Range: bytes={a}-{b - 1}") for a, b in ranges))
+    await asyncio.sleep(0.5)  # let the server fill the socket and queue the rest
+    for a, b in ranges:
+        status, headers, body = await read_response(reader)
+        assert (status, headers["x-cache"], body) == (206, "HIT", data[a:b])
+    writer.close()
