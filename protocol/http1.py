@@ -73,7 +73,7 @@ class RequestHead:
     keep_alive: bool
 
 
-def parse_request_head(head: bytes) -> RequestHead | None:
+def parse_request_head(head: bytes | bytearray) -> RequestHead | None:
     """The request in ``head`` (up to, not including, the blank line), or ``None``
     when it is outside the subset this reader takes."""
     if len(head) > MAX_HEAD_BYTES:

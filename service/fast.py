@@ -347,7 +347,7 @@ class FastProtocol(asyncio.Protocol):
                     self._arm_header_timer()
                 return
             self._disarm_header_timer()
-            head = parse_request_head(bytes(self._buf[:end]))
+            head = parse_request_head(self._buf[:end])
             if head is None:
                 self._hand_off()
                 return
@@ -362,11 +362,12 @@ class FastProtocol(asyncio.Protocol):
             if outcome is None:
                 self._hand_off()
                 return
-            request = bytes(self._buf[: end + 4])
-            del self._buf[: end + 4]
             if isinstance(outcome, Reply):
+                del self._buf[: end + 4]
                 self._done(head, outcome, started)
                 continue
+            request = bytes(self._buf[: end + 4])  # in case it declines after all
+            del self._buf[: end + 4]
             context = contextvars.copy_context()
             context.run(logs.request_id.set, self.request_id)
             self.task = asyncio.get_running_loop().create_task(
@@ -406,7 +407,7 @@ class FastProtocol(asyncio.Protocol):
     def _done(self, head: RequestHead, reply: Reply, started: float) -> None:
         self._answered += 1
         logs.log_access(
-            self.request_id, head.method, head.target.partition("?")[0], reply.status,
+            self.request_id, head.method, head.target, reply.status,
             self.client, started, reply.body_bytes, reply.x_cache,
         )
         if not head.keep_alive:

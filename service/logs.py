@@ -91,8 +91,10 @@ def log_access(
     rid: str, method: str, path: str, status: int, remote: str | None, started: float,
     body_bytes: int, x_cache: str | None,
 ) -> None:
-    """The access-log line of one answered request (``started``: a perf_counter reading)."""
+    """The access-log line of one answered request (``started``: a perf_counter reading;
+    ``path``: a request target, its query left out here)."""
     if access_logger.isEnabledFor(logging.INFO):
+        path = path.partition("?")[0]
         access_logger.info(
             "%s %s %d", method, path, status,
             extra={
