@@ -41,12 +41,15 @@ def start_spoke(hub: Process, cache_dir: str, size: int, workers: str) -> Proces
 def warm(spoke: Process, path: str, size: int) -> None:
     step = 64 * MiB
     for offset in range(0, size, step):
+        stop = min(size, offset + step)
         request = urllib.request.Request(
-            f"{spoke.url}/objects/{path}",
-            headers={"Range": f"bytes={offset}-{min(size, offset + step) - 1}"})
+            f"{spoke.url}/objects/{path}", headers={"Range": f"bytes={offset}-{stop - 1}"})
+        received = 0
         with urllib.request.urlopen(request, timeout=120) as reply:
-            while reply.read(MiB):
-                pass
+            while block := reply.read(MiB):
+                received += len(block)
+        if received != stop - offset:
+            raise RuntimeError(f"warming {path}: {received} bytes at {offset}, not {stop - offset}")
 
 
 def main(argv: list[str] | None = None) -> int:

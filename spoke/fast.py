@@ -30,7 +30,6 @@ from service.limits import LIMIT
 from service.problem import PROBLEM_JSON, error_headers, problem_body
 from spoke.cache import Chunk, ChunkCache, ChunkGone
 from spoke.errors import VersionChanged
-from spoke.keys import chunk_name, manifest_version
 from spoke.objects import ObjectReads, Prepared
 from spoke.plain import (
     OBJECTS,
@@ -38,6 +37,7 @@ from spoke.plain import (
     SYNC_BYTES,
     WRITE_BLOCK_BYTES,
     PlainReads,
+    read_cached_body,
 )
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class FastObjectReads:
                 return reply
             try:
                 prepared = reads.prepare(head.method, head.headers, path, manifest, False)
-                reply = _answer_now(reads, conn, head, prepared, manifest)
+                reply = _answer_now(reads, hits, conn, head, prepared, manifest)
             except ProtocolError as exc:
                 reply = _problem(conn, head, exc)
             if reply is not None:
@@ -173,8 +173,8 @@ async def _serve(
 
 
 def _answer_now(
-    reads: ObjectReads, conn: FastConnection, head: RequestHead, prepared: Prepared,
-    manifest: Manifest,
+    reads: ObjectReads, hits: _CacheHits, conn: FastConnection, head: RequestHead,
+    prepared: Prepared, manifest: Manifest,
 ) -> Reply | None:
     """Answer from cached chunks within this callback, or None (not all cached, too
     large, or a chunk file gone) and nothing sent."""
@@ -187,25 +187,15 @@ def _answer_now(
         conn.can_sendfile and any(r.length >= SENDFILE_MIN_BYTES for r in plan.ranges)
     ):
         return None
-    cache, version = reads.cache, manifest_version(manifest)
-    sent = 0
     try:
-        for part in plan.body:
-            if isinstance(part, bytes):
-                parts.append(part)
-                sent += len(part)
-                continue
-            for s in chunk_slices(part, manifest.size, manifest.chunk_size):
-                name = chunk_name(version, s.index)
-                if not cache.is_resident(name):
-                    return None
-                parts.append(cache.read_hit(name, s.start, s.stop))
-                sent += s.stop - s.start
-                cache.stats.bytes_served_hit += s.stop - s.start
+        body = read_cached_body(hits, manifest, plan)
     except ChunkGone:
         return None  # deleted behind our back: the slow way fetches it again
-    conn.writelines(parts)
-    return Reply(plan.status, sent, prepared.x_cache)
+    if body is None:
+        return None
+    reads.cache.stats.bytes_served_hit += sum(r.length for r in plan.ranges)
+    conn.writelines([*parts, *body])
+    return Reply(plan.status, plan.content_length, prepared.x_cache)
 
 
 async def _sendfile_prefix(

@@ -20,13 +20,12 @@ from collections.abc import Awaitable
 from itertools import takewhile
 from typing import Protocol
 
-from protocol.chunks import chunk_slices
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest
 from protocol.paths import validate_path
 from protocol.ranges import ByteRange
-from protocol.response import plan_response
+from protocol.response import ResponsePlan, plan_response
 from service.fast import FastConnection, Reply
 from spoke.cache import ChunkGone
 from spoke.keys import chunk_name, manifest_version
@@ -202,27 +201,15 @@ class PlainReads:
             conn.can_sendfile and any(r.length >= SENDFILE_MIN_BYTES for r in ranges)
         ):
             return None
-        version = manifest_version(manifest)
-        slices = [
-            [(chunk_name(version, s.index), s.start, s.stop)
-             for s in chunk_slices(r, manifest.size, manifest.chunk_size)]
-            for r in ranges
-        ]
-        if not all(source.is_resident(name) for part in slices for name, _, _ in part):
-            return None
-        parts = [b""]
-        pieces = iter(slices)
         try:
-            for body_part in plan.body:
-                if isinstance(body_part, bytes):
-                    parts.append(body_part)
-                else:
-                    parts += [source.read_hit(*piece) for piece in next(pieces)]
+            body = read_cached_body(source, manifest, plan)
         except ChunkGone:
             return None
+        if body is None:
+            return None
         source.served(manifest, ranges)
-        parts[0] = conn.head(206, [*plan.headers, ("X-Cache", "HIT")], head.keep_alive)
-        conn.writelines(parts)
+        conn.writelines([conn.head(206, [*plan.headers, ("X-Cache", "HIT")], head.keep_alive),
+                         *body])
         return Reply(206, plan.content_length, "HIT")
 
     def _head_prefix(self, path: str, manifest: Manifest) -> bytes:
@@ -246,6 +233,26 @@ def _one_range(match: re.Match[str], size: int) -> ByteRange | None:
     """The ``bytes=a-b`` range within an object of ``size`` bytes, or None (416's case)."""
     start, stop = int(match[1]), min(int(match[2]) + 1, size)
     return ByteRange(start, stop) if start < stop else None
+
+
+def read_cached_body(
+    source: HitSource, manifest: Manifest, plan: ResponsePlan
+) -> list[bytes] | None:
+    """``plan``'s body, its ranges read from cached chunks (each counted as a hit), or
+    None, nothing counted, unless every chunk it needs is cached. Raises ChunkGone."""
+    laid_out: list[bytes | list[tuple[str, int, int]]] = []
+    for part in plan.body:
+        slices = part if isinstance(part, bytes) else _resident_slices(source, manifest, part)
+        if slices is None:
+            return None
+        laid_out.append(slices)
+    body: list[bytes] = []
+    for piece in laid_out:
+        if isinstance(piece, bytes):
+            body.append(piece)
+        else:
+            body += [source.read_hit(*chunk) for chunk in piece]
+    return body
 
 
 def _resident_slices(

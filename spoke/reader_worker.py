@@ -228,7 +228,8 @@ class ReaderReads:
 
 class HandOver(asyncio.Protocol):
     """Takes a connection the reader declines and passes it, and the bytes read of it
-    so far, to the owner (an ``Adopter`` for :class:`service.fast.FastServer`)."""
+    so far, to the owner (an ``Adopter`` for :class:`service.fast.FastServer`). Flow
+    control needs nothing of it: it waits for the write buffer to empty itself."""
 
     def __init__(self, channel: Channel, limits: ConnectionLimits) -> None:
         self.channel = channel
@@ -244,9 +245,6 @@ class HandOver(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._received += data
-
-    def pause_writing(self) -> None:
-        pass  # _pass waits for the write buffer itself
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from loadtest.bench_workers import CELLS, main
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by `make tools`")
+# Needs wrk, which `make test` installs (the Makefile's `tools`): run_wrk says so if missing.
 def test_bench_workers_reports_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--workers", "2", "--rounds", "1", "--seconds", "1", "--file-mib", "8"]) == 0
     table = capsys.readouterr().out.strip().splitlines()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -35,7 +34,7 @@ def test_the_floor_server_answers_ranges_with_the_files_bytes(tmp_path: Path) ->
         server.stop()
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by `make tools`")
+# Needs wrk, which `make test` installs (the Makefile's `tools`): run_wrk says so if missing.
 def test_the_floor_is_measured_with_wrk(tmp_path: Path) -> None:
     path = tmp_path / "data.bin"
     path.write_bytes(os.urandom(4 << 20))
