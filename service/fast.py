@@ -133,7 +133,7 @@ class FastConnection(Protocol):
     @property
     def can_sendfile(self) -> bool: ...
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | memoryview) -> None: ...
 
     def writelines(self, parts: list[bytes]) -> None: ...
 
@@ -226,7 +226,7 @@ class FastProtocol(asyncio.Protocol):
     def can_sendfile(self) -> bool:
         return self._sock_fd is not None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if self._transport is None:
             raise ConnectionResetError("connection lost")
         self._transport.write(data)

@@ -145,7 +145,7 @@ async def _serve(
         return Reply(plan.status, 0, prepared.x_cache)
     sent = 0
 
-    async def write(data: bytes) -> None:
+    async def write(data: bytes | memoryview) -> None:
         nonlocal sent
         conn.write(data)
         sent += len(data)

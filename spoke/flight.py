@@ -69,8 +69,10 @@ class BufferPool:
 
     A new 4 MiB ``bytearray`` costs a zero-fill and a page fault per page (on some
     VMs far more than the copy it is for); a fill takes one from here instead, and
-    its buffer comes back when the fill is gone (nothing refers to it any more:
-    readers copy out what they send, so no view of it outlives the fill).
+    its buffer comes back when the fill is gone. Readers send views of a fill's
+    buffer without copying them, and a transport may still hold such a view after
+    the fill is gone (bytes it has not sent yet): a buffer still viewed is not handed
+    out again until the view is released.
     """
 
     def __init__(self, limit_bytes: int) -> None:
@@ -79,16 +81,31 @@ class BufferPool:
         self._free: dict[int, list[bytearray]] = {}
 
     def take(self, length: int) -> bytearray:
-        free = self._free.get(length)
-        if free:
-            self.pooled_bytes -= length
-            return free.pop()
+        free = self._free.get(length, [])
+        for i in range(len(free) - 1, -1, -1):
+            if not _viewed(free[i]):
+                self.pooled_bytes -= length
+                return free.pop(i)
         return bytearray(length)
 
     def give(self, buffer: bytearray) -> None:
         if self.pooled_bytes + len(buffer) <= self.limit_bytes:
             self._free.setdefault(len(buffer), []).append(buffer)
             self.pooled_bytes += len(buffer)
+
+
+def _viewed(buffer: bytearray) -> bool:
+    """Whether a memoryview of ``buffer`` is alive: a bytearray cannot change size
+    then, so a pop refuses. Without views the pop and append cost nothing (no
+    reallocation for one byte)."""
+    if not buffer:
+        return False
+    try:
+        last = buffer.pop()
+    except BufferError:
+        return True
+    buffer.append(last)
+    return False
 
 
 class Filling:
@@ -103,8 +120,9 @@ class Filling:
     last bytes of its part, so an unverified chunk is never served as complete.
     The fill is :meth:`settle`\\ d when its flight is over: the chunk is then stored
     (or could not be).
-    Bytes below ``received`` are never rewritten once handed out. A view from
-    :meth:`take` is valid while the fill is referenced: copy what must outlive it.
+    Bytes below ``received`` are never rewritten once handed out, and a view from
+    :meth:`take` stays valid as long as it is alive: the fill's buffer goes back to
+    its pool when the fill is gone, but is not reused while anything views it.
     """
 
     __slots__ = (

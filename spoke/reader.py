@@ -30,7 +30,7 @@ VERDICT_HOLD_BYTES = 64 << 10
 # end has), so it does not pay a wake-up per network read.
 STREAM_STEP_BYTES = 256 << 10
 
-Write = Callable[[bytes], Awaitable[None]]
+Write = Callable[[bytes | memoryview], Awaitable[None]]
 
 
 class RangeReader:
@@ -157,10 +157,10 @@ class RangeReader:
             view = fill.take(offset, min(limit, offset + WRITE_BLOCK_BYTES))
             if view is None:
                 continue  # the attempt started over; wait for its bytes
-            data = bytes(view)
-            await write(data)
-            self.cache.stats.bytes_served_miss += len(data)
-            offset += len(data)
+            # No copy: the transport may keep the view past this fill (see BufferPool).
+            await write(view)
+            self.cache.stats.bytes_served_miss += len(view)
+            offset += len(view)
 
 
 async def _settled(fills: list[Filling]) -> None:

@@ -1,0 +1,53 @@
+"""BufferPool: a fill's buffer is reused only once nothing views it any more.
+
+Readers hand views of a fill's buffer to the transport without copying; a
+transport may still hold one (bytes not yet sent) after the fill is gone.
+"""
+
+from __future__ import annotations
+
+import gc
+
+from spoke.flight import BufferPool, Filling
+
+LENGTH = 1 << 20
+
+
+def _filled(pool: BufferPool, byte: int) -> Filling:
+    fill = Filling(LENGTH, pool)
+    fill.feed(bytes([byte]) * LENGTH)
+    fill.finish()
+    return fill
+
+
+def test_a_gone_fills_buffer_is_used_again() -> None:
+    pool = BufferPool(4 * LENGTH)
+    first = _filled(pool, 1)
+    buffer_id = id(first.buffer)
+    del first
+    gc.collect()
+    assert id(Filling(LENGTH, pool).buffer) == buffer_id
+
+
+def test_a_buffer_still_viewed_is_not_handed_out_until_the_view_is_released() -> None:
+    pool = BufferPool(4 * LENGTH)
+    first = _filled(pool, 1)
+    pending = first.take(0, 64 << 10)  # what a transport still holds, unsent
+    assert pending is not None
+    buffer_id = id(first.buffer)
+    del first
+    gc.collect()
+    second = _filled(pool, 2)  # must not overwrite the bytes still to be sent
+    assert id(second.buffer) != buffer_id
+    assert bytes(pending) == bytes([1]) * (64 << 10)
+    pending.release()  # sent: the buffer is free again
+    assert id(Filling(LENGTH, pool).buffer) == buffer_id
+    assert second.take(0, 1) is not None
+
+
+def test_the_pool_keeps_no_more_than_its_limit() -> None:
+    pool = BufferPool(2 * LENGTH)
+    fills = [_filled(pool, i) for i in range(4)]
+    del fills
+    gc.collect()
+    assert pool.pooled_bytes == 2 * LENGTH
