@@ -9,6 +9,7 @@ from hub.app import make_app
 from hub.config import config_from_args, parse_args
 from hub.token_cli import run_token
 from service.cli import apply_logging_flags, environ
+from service.memory import fix_malloc_thresholds
 from service.runner import run, serve_forever
 from service.tls import server_context_for
 
@@ -16,6 +17,7 @@ logger = logging.getLogger("hub")
 
 
 def main(argv: list[str] | None = None) -> int:
+    fix_malloc_thresholds()
     args = parse_args(sys.argv[1:] if argv is None else argv, environ())
     if args.command == "token":
         return run_token(args)

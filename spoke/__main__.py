@@ -8,6 +8,7 @@ import sys
 
 from service.cli import apply_logging_flags, environ
 from service.logs import setup_logging
+from service.memory import fix_malloc_thresholds
 from service.runner import run, serve_forever
 from service.tls import server_context_for
 from spoke import handlers
@@ -24,6 +25,7 @@ logger = logging.getLogger("spoke")
 
 
 def main(argv: list[str] | None = None) -> int:
+    fix_malloc_thresholds()
     args = parse_args(sys.argv[1:] if argv is None else argv, environ())
     if args.command == "verify":
         setup_logging("info", "text")
