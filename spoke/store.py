@@ -124,6 +124,9 @@ class ChunkStore:
                 if exc.errno != errno.EINVAL:
                     raise
                 self.direct = False
+                # Linux creates the file before it checks O_DIRECT: gone, or O_EXCL fails.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
         return os.open(tmp, flags, 0o600)
 
     def _write_direct(self, fd: int, data: memoryview) -> None:
