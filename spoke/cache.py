@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import sqlite3
 import time
@@ -391,15 +390,10 @@ class ChunkCache:
         """
         name = ChunkKey.of(manifest, index).name
         try:
-            fd = self.store.open(name)
+            return self.store.open_holding(name, need_bytes)
         except FileNotFoundError:
-            fd = -1
-        if fd >= 0 and os.fstat(fd).st_size >= need_bytes:
-            return fd
-        if fd >= 0:
-            os.close(fd)
-        self._forget(name)
-        raise ChunkGone(name)
+            self._forget(name)
+            raise ChunkGone(name) from None
 
     def read_now(self, chunk: Chunk, start: int, stop: int) -> bytes:
         """:meth:`read` without the event-loop hop, for small reads of cached chunks."""

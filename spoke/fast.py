@@ -28,16 +28,16 @@ from service.auth import GUARD
 from service.fast import FastConnection, Reply
 from service.limits import LIMIT
 from service.problem import PROBLEM_JSON, error_headers, problem_body
-from spoke.cache import Chunk, ChunkCache, ChunkGone
+from spoke.cache import ChunkGone
 from spoke.errors import VersionChanged
 from spoke.objects import ObjectReads, Prepared
 from spoke.plain import (
     OBJECTS,
-    SENDFILE_MIN_BYTES,
-    SYNC_BYTES,
-    WRITE_BLOCK_BYTES,
     PlainReads,
+    answerable_now,
     read_cached_body,
+    send_file_range,
+    sendfile_worthy,
 )
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ async def _serve(
     reader = reads.reader(manifest, tenant)
     first = prepared.first_chunk
     primed = first is not None and not (
-        _sendfile_worthy(conn, prepared.plan.ranges[0]) and reads.cache.is_cached(manifest, first)
+        sendfile_worthy(conn, prepared.plan.ranges[0]) and reads.cache.is_cached(manifest, first)
     )
     if primed:
         assert first is not None
@@ -183,9 +183,7 @@ def _answer_now(
     if not prepared.has_body or head.method == "HEAD":
         conn.writelines(parts)
         return Reply(plan.status, 0, prepared.x_cache)
-    if prepared.x_cache != "HIT" or plan.content_length > SYNC_BYTES or (
-        conn.can_sendfile and any(r.length >= SENDFILE_MIN_BYTES for r in plan.ranges)
-    ):
+    if prepared.x_cache != "HIT" or not answerable_now(conn, plan):
         return None
     try:
         body = read_cached_body(hits, manifest, plan)
@@ -203,7 +201,7 @@ async def _sendfile_prefix(
 ) -> int:
     """Send the cached chunks at the start of a large range with sendfile; returns
     how many of its bytes went (0 for a small range, a miss first, or TLS)."""
-    if not _sendfile_worthy(conn, r):
+    if not sendfile_worthy(conn, r):
         return 0
     cache = reads.cache
     done = 0
@@ -214,11 +212,9 @@ async def _sendfile_prefix(
             fd = cache.open_fd(manifest, s.index, s.stop)
         except ChunkGone:
             break  # the reader fetches it again
-        chunk = cache.lookup(manifest, s.index)
-        assert chunk is not None
+        cache.lookup(manifest, s.index)  # counted as a loader's hit
         try:
-            if not await conn.sendfile(fd, s.start, s.stop - s.start):
-                await _write_blocks(conn, cache, chunk, s.start, s.stop)
+            await send_file_range(conn, fd, s.start, s.stop)
         finally:
             os.close(fd)
         done += s.stop - s.start
@@ -249,18 +245,6 @@ class _CacheHits:
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.cache.stats.bytes_served_hit += sum(r.length for r in ranges)
         self.reads.readahead.observe(manifest, ranges)
-
-
-def _sendfile_worthy(conn: FastConnection, r: ByteRange) -> bool:
-    return r.length >= SENDFILE_MIN_BYTES and conn.can_sendfile
-
-
-async def _write_blocks(
-    conn: FastConnection, cache: ChunkCache, chunk: Chunk, start: int, stop: int
-) -> None:
-    for offset in range(start, stop, WRITE_BLOCK_BYTES):
-        conn.write(await cache.read(chunk, offset, min(stop, offset + WRITE_BLOCK_BYTES)))
-        await conn.drain()
 
 
 def _problem(conn: FastConnection, head: RequestHead, exc: ProtocolError) -> Reply:

@@ -114,9 +114,7 @@ class PlainReads:
         if match is None:
             return self._planned(source, conn, head, path, manifest)
         r = _one_range(match, manifest.size)
-        if r is None or r.length > SYNC_BYTES or (
-            conn.can_sendfile and r.length >= SENDFILE_MIN_BYTES
-        ):
+        if r is None or r.length > SYNC_BYTES or sendfile_worthy(conn, r):
             return None
         slices = _resident_slices(source, manifest, r)
         if slices is None:
@@ -168,11 +166,7 @@ class PlainReads:
             conn.writelines([self._head_prefix(path, manifest),
                              _head_rest(conn, head, r, manifest.size)])
             for fd, (_, lo, hi) in zip(fds, slices, strict=True):
-                if not await conn.sendfile(fd, lo, hi - lo):  # bytes still queued
-                    for offset in range(lo, hi, WRITE_BLOCK_BYTES):
-                        conn.write(os.pread(fd, min(hi, offset + WRITE_BLOCK_BYTES) - offset,
-                                            offset))
-                        await conn.drain()
+                await send_file_range(conn, fd, lo, hi)
         except ConnectionError:
             raise
         except Exception as exc:
@@ -197,9 +191,7 @@ class PlainReads:
         except ProtocolError:
             return None  # 416, too many ranges: the general path's answer
         ranges = plan.ranges
-        if plan.status != 206 or plan.content_length > SYNC_BYTES or (
-            conn.can_sendfile and any(r.length >= SENDFILE_MIN_BYTES for r in ranges)
-        ):
+        if plan.status != 206 or not answerable_now(conn, plan):
             return None
         try:
             body = read_cached_body(source, manifest, plan)
@@ -227,6 +219,33 @@ class PlainReads:
             self._prefixes.clear()
         self._prefixes[path] = (manifest, head)
         return head
+
+
+def sendfile_worthy(conn: FastConnection, r: ByteRange) -> bool:
+    """Whether ``r`` goes out with sendfile rather than read and written."""
+    return r.length >= SENDFILE_MIN_BYTES and conn.can_sendfile
+
+
+def answerable_now(conn: FastConnection, plan: ResponsePlan) -> bool:
+    """Whether ``plan``'s body, when cached, is sent within the read callback: small
+    enough, and no range in it worth a sendfile."""
+    return plan.content_length <= SYNC_BYTES and not any(
+        sendfile_worthy(conn, r) for r in plan.ranges
+    )
+
+
+async def send_file_range(conn: FastConnection, fd: int, lo: int, hi: int) -> None:
+    """Bytes ``[lo, hi)`` of ``fd``: with sendfile, or, when the connection cannot
+    (TLS, bytes still queued), read and written a block at a time. Raises EOFError
+    when the file ends first (torn): the caller cuts the connection."""
+    if await conn.sendfile(fd, lo, hi - lo):
+        return
+    for offset in range(lo, hi, WRITE_BLOCK_BYTES):
+        data = os.pread(fd, min(hi, offset + WRITE_BLOCK_BYTES) - offset, offset)
+        if len(data) < min(hi, offset + WRITE_BLOCK_BYTES) - offset:
+            raise EOFError(f"the file ended at {offset + len(data)}, before {hi}")
+        conn.write(data)
+        await conn.drain()
 
 
 def _one_range(match: re.Match[str], size: int) -> ByteRange | None:

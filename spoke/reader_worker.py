@@ -132,16 +132,12 @@ class Mirror:
 
     def open_hit(self, name: str, need_bytes: int) -> int:
         try:
-            fd = self.store.open(name)
+            fd = self.store.open_holding(name, need_bytes)
         except FileNotFoundError:
-            fd = -1
-        if fd >= 0 and os.fstat(fd).st_size >= need_bytes:
-            self.hits[name] = self.hits.get(name, 0) + 1
-            return fd
-        if fd >= 0:
-            os.close(fd)
-        self.names.discard(name)
-        raise ChunkGone(name)
+            self.names.discard(name)
+            raise ChunkGone(name) from None
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return fd
 
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)

@@ -163,6 +163,15 @@ class ChunkStore:
         """An fd reading chunk ``name``; ``FileNotFoundError`` when it is not stored."""
         return os.open(self.path_of(name), os.O_RDONLY | os.O_CLOEXEC)
 
+    def open_holding(self, name: str, need_bytes: int) -> int:
+        """:meth:`open`, and ``FileNotFoundError`` too when the file holds fewer than
+        ``need_bytes`` (torn: the kernel sending it would not notice a short read)."""
+        fd = self.open(name)
+        if os.fstat(fd).st_size < need_bytes:
+            os.close(fd)
+            raise FileNotFoundError(f"chunk {name} holds fewer than {need_bytes} bytes")
+        return fd
+
     def read(self, name: str, start: int = 0, stop: int | None = None) -> bytes:
         fd = self.open(name)
         try:
