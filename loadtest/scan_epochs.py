@@ -18,8 +18,9 @@ The interleave is deterministic and is the simulator's: the training order is
 :func:`loadtest.simulate.shuffled_epochs` with ``--seed``, and after the i-th training
 read come scan reads up to round((i + 1) x ratio) in all (ratio 1 is exactly
 :func:`loadtest.simulate.with_scan`). With ``--workers 1`` (the default) the reads go one
-at a time in that order; a spoke's answer ends only once the chunks it fetched are
-stored, so the spoke sees the trace exactly as the simulator replays it, and a run
+at a time in that order, and after a miss the next read waits until the spoke has stored
+what it fetched (a spoke's answer ends before that), so the spoke sees the trace exactly
+as the simulator replays it, and a run
 repeats (the spoke runs with a fixed ``PYTHONHASHSEED``, which W-TinyLFU's sketch
 hashes with). With ``--workers N`` N readers take the next read of the same order
 concurrently: closer to a real loader, and the order the spoke sees is then only
@@ -185,6 +186,15 @@ async def _stats(http: aiohttp.ClientSession, spoke: str) -> dict[str, Any]:
         return stats
 
 
+async def _settled(http: aiohttp.ClientSession, spoke: str) -> None:
+    """Until the spoke fetches and stores nothing: its policy has seen every insert."""
+    while True:
+        stats = await _stats(http, spoke)
+        if stats["hub_fetches_in_flight"] == 0 and stats["chunks_storing"] == 0:
+            return
+        await asyncio.sleep(0.002)
+
+
 def _source(root: str, read: Read) -> bytes:
     with open(os.path.join(root, read.path), "rb") as f:
         f.seek(read.offset)
@@ -223,6 +233,8 @@ async def run_epochs(spoke: str, trace: Sequence[Read], root: str, workers: int,
                 for index, read in jobs:
                     x_cache, body = await _read(http, spoke, read)
                     hit = x_cache == "HIT"
+                    if workers == 1 and not hit:
+                        await _settled(http, spoke)  # exact replay: inserted before the next
                     if read.job == TRAIN:
                         row.train_reads += 1
                         row.train_hits += hit

@@ -40,7 +40,7 @@ from spoke.keys import ChunkKey, chunk_name, manifest_version
 from spoke.policy import EvictionPolicy
 from spoke.resident import Resident, ResidentSet
 from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
-from spoke.slots import PrioritySlots, SlotClaim
+from spoke.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
 from spoke.ttlmap import TTLMap
@@ -141,8 +141,9 @@ class ChunkCache:
         # Last manifest seen per object, kept past the TTL for stale-if-error.
         self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
         self._chunk_flights: SingleFlight[str, None] = SingleFlight()
-        # Each chunk flight's bytes as they arrive, its claim on a fetch slot, its task.
-        self._fills: dict[str, tuple[Filling, SlotClaim, asyncio.Task[None]]] = {}
+        # Each chunk flight's key, its bytes as they arrive, its claim on a fetch slot,
+        # its task.
+        self._fills: dict[str, tuple[ChunkKey, Filling, SlotClaim, asyncio.Task[None]]] = {}
         self._buffers = BufferPool(_POOLED_BUFFER_BYTES)
         self._jitter = random.Random()
         self._manifest_flights: SingleFlight[str, tuple[Manifest, bool]] = SingleFlight()
@@ -150,6 +151,11 @@ class ChunkCache:
         # Background fetches (pre-warm, read-ahead) get at most half the slots and
         # never one that a waiting loader could take.
         self._fetch_slots = PrioritySlots(fetch_concurrency, max(1, fetch_concurrency // 2))
+        # Verified chunks on their way to disk, served from memory meanwhile; at most
+        # as many as can be fetched at once, so a slow disk slows the fetches.
+        self._storing = Backlog(fetch_concurrency)
+        # Flights whose chunk was purged while it was being fetched: served, not stored.
+        self._unwanted: set[str] = set()
         # Chunks fetched in the background and not read since: prefetch accuracy.
         self._prefetched: LRUCache[str, None] = LRUCache(maxsize=1_000_000)
         # SQLite connections belong to one thread; every index call goes through it.
@@ -309,7 +315,13 @@ class ChunkCache:
 
     @property
     def fetches_in_flight(self) -> int:
-        return len(self._chunk_flights)
+        """Chunk fetches from the hub not yet verified (or failed)."""
+        return sum(1 for _, fill, _, _ in self._fills.values() if not fill.done)
+
+    @property
+    def chunks_storing(self) -> int:
+        """Verified chunks being written to disk (served from memory meanwhile)."""
+        return self._storing.count
 
     def is_cached(self, manifest: Manifest, index: int) -> bool:
         return chunk_name(manifest_version(manifest), index) in self._resident
@@ -371,10 +383,14 @@ class ChunkCache:
         self._forget(name)
 
     def _count_hit(self, name: str) -> None:
-        self.stats.hits += 1
+        self._count_local_read(name)
         self.policy.touch(name)
         self._resident.touched(name)
         self._accesses[name] = time.time()
+
+    def _count_local_read(self, name: str) -> None:
+        """A loader's read of chunk ``name`` answered without the hub."""
+        self.stats.hits += 1
         if name in self._prefetched:
             del self._prefetched[name]
             self.stats.prefetch_used += 1
@@ -435,7 +451,27 @@ class ChunkCache:
         as the bytes arrive. Counted as :meth:`get` counts.
         """
         hit = self.lookup(manifest, index)
-        return hit if hit is not None else self._miss(manifest, index, tenant)
+        if hit is not None:
+            return hit
+        key = ChunkKey.of(manifest, index)
+        held = self._held(key.name)
+        if held is not None:
+            # Fetched and verified, being stored: served from memory, no hub fetch.
+            self._count_local_read(key.name)
+            return Chunk(key, None, True, held)
+        return self._miss(manifest, index, tenant)
+
+    def is_local(self, name: str) -> bool:
+        """Whether chunk ``name`` can be answered without the hub: on disk, or
+        verified in memory while it is being stored."""
+        return name in self._resident or self._held(name) is not None
+
+    def _held(self, name: str) -> Filling | None:
+        """Chunk ``name``'s fill if it is verified and not yet stored."""
+        running = self._fills.get(name)
+        if running is None or not running[1].verified:
+            return None
+        return running[1]
 
     def _miss(self, manifest: Manifest, index: int, tenant: str) -> Chunk:
         key = ChunkKey.of(manifest, index)
@@ -452,7 +488,7 @@ class ChunkCache:
         """The flight of ``key``: joined if one runs (promoted if a loader now waits on it)."""
         running = self._fills.get(key.name)
         if running is not None:
-            fill, claim, task = running
+            _, fill, claim, task = running
             if not background:
                 self._fetch_slots.promote(claim)
             return fill, task, True
@@ -461,17 +497,17 @@ class ChunkCache:
         task, _ = self._chunk_flights.begin(
             key.name, lambda: self._fill(key, manifest, tenant, fill, claim)
         )
-        self._fills[key.name] = (fill, claim, task)
+        self._fills[key.name] = (key, fill, claim, task)
         task.add_done_callback(lambda _: self._fill_ended(key.name, fill))
         return fill, task, False
 
     def _fill_ended(self, name: str, fill: Filling) -> None:
         running = self._fills.get(name)
-        if running is not None and running[0] is fill:
+        if running is not None and running[1] is fill:
             del self._fills[name]
+            self._unwanted.discard(name)
         # A reader still waiting (the flight was cancelled) must not wait forever.
         fill.fail(HubUnavailable("the chunk fetch was stopped"))
-        fill.settle()
 
     def worth_prefetching(self, manifest: Manifest, index: int) -> bool:
         """Whether a prefetched chunk would be kept: room is free, or the policy would
@@ -493,10 +529,17 @@ class ChunkCache:
         if key.name in self._resident:
             return False
         _, task, joined = self._flight(key, manifest, "", background=True)
-        await asyncio.shield(task)
+        if not joined:
+            # Marked now: a loader may read it from memory while it is being stored.
+            self._prefetched[key.name] = None
+        try:
+            await asyncio.shield(task)
+        except BaseException:
+            if not joined:
+                self._prefetched.pop(key.name, None)
+            raise
         if not joined:
             self.stats.prefetched_chunks += 1
-            self._prefetched[key.name] = None
         return not joined
 
     async def read(self, chunk: Chunk, start: int, stop: int) -> bytes:
@@ -534,7 +577,17 @@ class ChunkCache:
             fill.fail(exc if isinstance(exc, Exception) else HubUnavailable("fetch stopped"))
             raise
         fill.finish()
-        victims, reserved = self._reserve(name, fill.length, tenant)
+        self._storing.enter()
+        try:
+            await self._store(key, manifest, tenant, fill)
+        finally:
+            self._storing.leave()
+
+    async def _store(self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling) -> None:
+        """Make room for the verified chunk in ``fill`` and store it (or serve it uncached)."""
+        if key.name in self._unwanted:
+            return
+        victims, reserved = self._reserve(key.name, fill.length, tenant)
         try:
             if victims:
                 await self._in_db(self._drop_files, victims, victims)
@@ -559,6 +612,7 @@ class ChunkCache:
         async def attempt() -> None:
             fill.restart()
             try:
+                await self._storing.room()
                 async with self._fetch_slots.slot(claim=claim):
                     self.stats.hub_fetches += 1
                     started = time.perf_counter()
@@ -706,6 +760,9 @@ class ChunkCache:
             error = file_error if file_error is not None else row_error
             assert isinstance(error, BaseException)
             raise error
+        if key.name in self._unwanted:  # purged while it was being written
+            await self._in_db(self._drop_files, [key.name], [key.name])
+            return
         self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
         self._track(key.name, key.path, len(data))
         if self.watcher is not None:
@@ -729,6 +786,19 @@ class ChunkCache:
 
     async def purge(self, path: str | None = None, prefix: str | None = None) -> int:
         """Remove every cached chunk (all versions) of ``path`` or under ``prefix``."""
+        # Chunks already served but still being stored land first and go with the
+        # rest; chunks still being fetched will not be stored (not waiting on the WAN).
+        landing = []
+        for name, (key, fill, _, task) in self._fills.items():
+            if (path is not None and key.path == path) or (
+                prefix is not None and key.path.startswith(prefix)
+            ):
+                if fill.verified:
+                    landing.append(task)
+                else:
+                    self._unwanted.add(name)
+        if landing:
+            await asyncio.wait(landing)
         removed = await self._remove(self._resident.matching(path, prefix))
         if path is not None:
             self.invalidate(path)

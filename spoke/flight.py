@@ -118,8 +118,7 @@ class Filling:
     connection. The fill ends :meth:`verified` (the bytes matched the manifest
     digest) or :meth:`fail`\\ ed; a reader must see the verdict before it sends the
     last bytes of its part, so an unverified chunk is never served as complete.
-    The fill is :meth:`settle`\\ d when its flight is over: the chunk is then stored
-    (or could not be).
+    Once verified, the fill serves readers from memory while the chunk is stored.
     Bytes below ``received`` are never rewritten once handed out, and a view from
     :meth:`take` stays valid as long as it is alive: the fill's buffer goes back to
     its pool when the fill is gone, but is not reused while anything views it.
@@ -134,7 +133,6 @@ class Filling:
         "handed_out",
         "length",
         "received",
-        "settled",
         "verified",
     )
 
@@ -147,7 +145,6 @@ class Filling:
         self.received = 0
         self.handed_out = False
         self.verified = False
-        self.settled = False
         self.error: Exception | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
@@ -190,11 +187,6 @@ class Filling:
             self.error = error
         self._wake()
 
-    def settle(self) -> None:
-        """The flight is over: the chunk is on disk and indexed, or will not be."""
-        self.settled = True
-        self._wake()
-
     # -- the readers' side --------------------------------------------------
 
     async def wait(self, target: int) -> None:
@@ -211,13 +203,6 @@ class Filling:
     async def wait_verified(self) -> None:
         """Until the verdict; raises the fill's error if it failed."""
         await self.wait(self.length + 1)
-
-    async def wait_settled(self) -> None:
-        """Until the flight is over, whatever its outcome."""
-        while not self.settled:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append((self.length + 1, waiter))
-            await waiter
 
     def take(self, start: int, stop: int) -> memoryview | None:
         """Bytes ``[start, stop)`` as far as they arrived, or None if none of them did."""
@@ -236,7 +221,7 @@ class Filling:
         for target, waiter in self._waiters:
             if waiter.done():
                 continue
-            if self.received >= target or self.done or self.settled:
+            if self.received >= target or self.done:
                 waiter.set_result(None)
             else:
                 keep.append((target, waiter))

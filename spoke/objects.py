@@ -111,13 +111,14 @@ class ObjectReads:
         self.latency[x_cache.lower()].observe(seconds)
 
     def _x_cache(self, manifest: Manifest, plan: ResponsePlan) -> str:
-        """HIT when every chunk the response touches is on disk, MISS when none is."""
+        """HIT when every chunk the response touches is local (on disk, or verified in
+        memory while it is stored), MISS when none is."""
         present = total = 0
         version, chunk_size = manifest_version(manifest), manifest.chunk_size
         for r in plan.ranges:
             for index in range(r.start // chunk_size, -(-r.stop // chunk_size)):
                 total += 1
-                present += self.cache.is_resident(chunk_name(version, index))
+                present += self.cache.is_local(chunk_name(version, index))
         if present == total:
             return "HIT"
         return "MISS" if present == 0 else "PARTIAL"

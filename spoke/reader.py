@@ -74,12 +74,11 @@ class RangeReader:
         slices = list(chunk_slices(r, self.manifest.size, self.manifest.chunk_size))
         chunks: dict[int, Chunk] = {}  # by position in ``slices``, started and not yet sent
         fetched: list[tuple[int, Filling]] = []  # (position, fill) this answer reads from
-        last = len(slices) - 1
         for i, s in enumerate(slices):
-            # Settled fills are let go (their buffers can serve other fills).
-            fetched = [(pos, fill) for pos, fill in fetched if not fill.settled]
-            # The window starts at the oldest chunk whose fill is not settled: a chunk
-            # sent but still being stored counts, so a slow disk slows the fetches.
+            # Fetched fills are let go (their buffers can serve other fills once
+            # stored); the cache bounds how many wait for the disk.
+            fetched = [(pos, fill) for pos, fill in fetched if not fill.done]
+            # The window starts at the oldest chunk still being fetched.
             base = min([i, *(pos for pos, _ in fetched)])
             for j in range(i, max(i + 1, base + 1 + self.readahead)):
                 if j < len(slices) and j not in chunks and (
@@ -89,12 +88,9 @@ class RangeReader:
                     fill = chunks[j].fill
                     if fill is not None:
                         fetched.append((j, fill))
-            # An answer's last bytes wait until the chunks it fetched are stored (file
-            # fsynced and renamed, index row written): an answer that has ended means its
-            # chunks are cached, which loaders re-reading a range (and /stats) rely on.
-            # It costs the answer's end the store's latency (a few ms), no other bytes.
-            settle = [f for _, f in fetched] if i == last else None
-            await self._write_slice(chunks.pop(i), s, write, settle)
+            # An answer ends once its bytes are verified, not once they are on disk: a
+            # chunk being stored is served from memory meanwhile (ChunkCache.stream).
+            await self._write_slice(chunks.pop(i), s, write)
         # Fetches started ahead and not reached (the loader went away) still land
         # in the cache: the flights do not depend on this reader.
 
@@ -107,13 +103,10 @@ class RangeReader:
             return primed
         return self.cache.stream(self.manifest, index, self.tenant)
 
-    async def _write_slice(
-        self, chunk: Chunk, s: ChunkSlice, write: Write, settle: list[Filling] | None
-    ) -> None:
-        """Send part ``s`` of ``chunk``; with ``settle``, its last bytes only once
-        those fills are settled (their chunks stored)."""
+    async def _write_slice(self, chunk: Chunk, s: ChunkSlice, write: Write) -> None:
+        """Send part ``s`` of ``chunk``."""
         if chunk.fill is not None:
-            await self._write_filling(chunk.fill, s, write, settle)
+            await self._write_filling(chunk.fill, s, write, chunk.hit)
             return
         offset = s.start
         while offset < s.stop:
@@ -124,14 +117,10 @@ class RangeReader:
                 # Evicted between lookup and read: fetch it again (same version).
                 chunk = self.cache.stream(self.manifest, s.index, self.tenant)
                 if chunk.fill is not None:
-                    if settle is not None:
-                        settle.append(chunk.fill)
                     rest = ChunkSlice(s.index, offset, s.stop)
-                    await self._write_filling(chunk.fill, rest, write, settle)
+                    await self._write_filling(chunk.fill, rest, write, chunk.hit)
                     return
                 continue
-            if settle and stop == s.stop:
-                await _settled(settle)
             await write(data)
             if chunk.hit:
                 self.cache.stats.bytes_served_hit += len(data)
@@ -139,17 +128,14 @@ class RangeReader:
                 self.cache.stats.bytes_served_miss += len(data)
             offset = stop
 
-    async def _write_filling(
-        self, fill: Filling, s: ChunkSlice, write: Write, settle: list[Filling] | None
-    ) -> None:
-        """Send part ``s`` of a chunk being fetched, as its bytes arrive."""
+    async def _write_filling(self, fill: Filling, s: ChunkSlice, write: Write, hit: bool) -> None:
+        """Send part ``s`` of a chunk being fetched, as its bytes arrive (``hit``: it
+        is verified already, and being stored)."""
         offset = s.start
         held = max(s.start, s.stop - VERDICT_HOLD_BYTES)
         while offset < s.stop:
             if offset >= held:
                 await fill.wait_verified()
-                if settle:
-                    await _settled(settle)
                 limit = s.stop
             else:
                 await fill.wait(min(held, offset + STREAM_STEP_BYTES))
@@ -159,10 +145,8 @@ class RangeReader:
                 continue  # the attempt started over; wait for its bytes
             # No copy: the transport may keep the view past this fill (see BufferPool).
             await write(view)
-            self.cache.stats.bytes_served_miss += len(view)
+            if hit:
+                self.cache.stats.bytes_served_hit += len(view)
+            else:
+                self.cache.stats.bytes_served_miss += len(view)
             offset += len(view)
-
-
-async def _settled(fills: list[Filling]) -> None:
-    for fill in fills:
-        await fill.wait_settled()

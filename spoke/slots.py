@@ -1,4 +1,5 @@
-"""PrioritySlots: a semaphore where demand always goes before background work.
+"""PrioritySlots: a semaphore where demand always goes before background work;
+Backlog: a bound on work waiting for a later stage.
 
 Hub fetches for a loader waiting on a read are *demand*; pre-warm and read-ahead
 fetches are *background*. Background work may use at most ``background_limit``
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 
 class SlotClaim:
@@ -127,3 +128,41 @@ class PrioritySlots:
             return
         self._take(claim)
         claim.waiter.set_result(None)
+
+
+class Backlog:
+    """How many items are in a later stage of work, and a bound new work waits under.
+
+    A verified chunk is served from memory while it is being stored, so its
+    readers do not wait on the disk; the bound keeps a disk slower than the WAN
+    from holding every fetched chunk in memory: new fetches wait for room instead.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.limit = limit
+        self.count = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def room(self) -> None:
+        """Until fewer than ``limit`` items are in the later stage."""
+        while self.count >= self.limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                with suppress(ValueError):
+                    self._waiters.remove(waiter)
+
+    def enter(self) -> None:
+        self.count += 1
+
+    def leave(self) -> None:
+        self.count -= 1
+        # Everyone waiting looks again: the first few get in, the rest wait anew.
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)

@@ -21,6 +21,7 @@ import pytest
 
 from spoke.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.servers import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 CAPACITY = 8 * CHUNK
@@ -28,10 +29,8 @@ OBJECTS = ("ds/big.bin", "ds/partial.bin", "ds/exact.bin")
 
 
 async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    async with http.get(f"{spoke_url}/stats") as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-        return stats
+    """/stats once the chunks read so far are stored."""
+    return await settled_stats(http, spoke_url)
 
 
 def bytes_on_disk(cache_dir: Path) -> tuple[int, int]:

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spoke.config import SpokeConfig
 from tests.conftest import CHUNK
-from tests.support.servers import GatedBackend, RunningServer, start_spoke
+from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_spoke
 
 Dataset = tuple[Path, dict[str, bytes]]
 PROBLEM = "application/problem+json"
@@ -42,10 +42,8 @@ async def hub_bytes_sent(http: aiohttp.ClientSession, hub_url: str) -> float:
 
 
 async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    async with http.get(f"{spoke_url}/stats") as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-        return stats
+    """/stats once the chunks read so far are stored."""
+    return await settled_stats(http, spoke_url)
 
 
 def chunk_files(cache_dir: Path) -> dict[str, Path]:

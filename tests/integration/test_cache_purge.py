@@ -9,17 +9,15 @@ from typing import Any
 import aiohttp
 
 from tests.conftest import FILES, SpokeFactory
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 PROBLEM = "application/problem+json"
 
 
 async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    async with http.get(f"{spoke_url}/stats") as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-        return stats
+    """/stats once the chunks read so far are stored."""
+    return await settled_stats(http, spoke_url)
 
 
 async def read(http: aiohttp.ClientSession, spoke_url: str, path: str) -> tuple[str, bytes]:
@@ -48,6 +46,7 @@ async def test_purging_an_object_removes_its_chunks_and_the_next_read_misses(
     cache_dir = tmp_path / "cache"
     for path in ("ds/big.bin", "ds/small.bin"):
         assert await read(http, spoke.url, path) == ("MISS", files[path])
+    await settled_stats(http, spoke.url)
     assert chunk_file_count(cache_dir) == 41 + 1
 
     assert await purge(http, spoke.url, "ds/big.bin") == 41

@@ -24,6 +24,7 @@ from tests.conftest import CHUNK, FILES
 from tests.support.servers import (
     Process,
     RunningServer,
+    settled_stats,
     start_process,
     start_spoke,
     write_dataset,
@@ -85,10 +86,8 @@ async def hub_bytes_sent(http: aiohttp.ClientSession, hub_url: str) -> float:
 
 
 async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    async with http.get(f"{spoke_url}/stats") as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-        return stats
+    """/stats once the chunks read so far are stored."""
+    return await settled_stats(http, spoke_url)
 
 
 async def read_all(
@@ -99,6 +98,7 @@ async def read_all(
         async with http.get(f"{spoke_url}/objects/{path}") as resp:
             assert (resp.status, resp.headers["X-Cache"]) == (200, expected), path
             assert await resp.read() == files[path], path
+    await settled_stats(http, spoke_url)  # what was read is on disk
 
 
 def files_under(directory: Path) -> list[str]:

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spoke.handlers import CACHE
 from tests.conftest import CHUNK
-from tests.support.servers import GatedBackend, RunningServer
+from tests.support.servers import GatedBackend, RunningServer, settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 Result = tuple[int, CIMultiDict[str], bytes]
@@ -39,11 +39,16 @@ async def hub_counter(http: aiohttp.ClientSession, hub_url: str, sample: str) ->
     raise AssertionError(f"{sample} missing from the hub's /metrics")
 
 
-async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
+async def raw_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
     async with http.get(f"{spoke_url}/stats") as resp:
         assert resp.status == 200
         stats: dict[str, Any] = await resp.json()
         return stats
+
+
+async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
+    """/stats once the chunks read so far are stored."""
+    return await settled_stats(http, spoke_url)
 
 
 async def wait_for_stats(
@@ -52,7 +57,7 @@ async def wait_for_stats(
     """Poll ``/stats`` until ``ready`` holds; fail after WAIT_S."""
     deadline = asyncio.get_running_loop().time() + WAIT_S
     while True:
-        stats = await spoke_stats(http, spoke_url)
+        stats = await raw_stats(http, spoke_url)
         if ready(stats):
             return stats
         assert asyncio.get_running_loop().time() < deadline, f"stats never got there: {stats}"

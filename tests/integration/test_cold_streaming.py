@@ -26,6 +26,7 @@ from protocol.ranges import ByteRange
 from spoke.config import SpokeConfig
 from spoke.errors import ChunkCorrupt
 from spoke.handlers import CACHE
+from spoke.keys import ChunkKey
 from spoke.reader import RangeReader
 from tests.support.servers import (
     GatedBackend,
@@ -130,10 +131,11 @@ def chunk_files(lab: Lab) -> list[str]:
 
 
 async def wait_until_quiet(http: aiohttp.ClientSession, lab: Lab) -> dict[str, Any]:
-    """/stats once no chunk fetch is in flight (a failed flight ends just after the cut)."""
+    """/stats once no chunk is being fetched or stored (a failed flight ends just after
+    the cut; a served chunk lands on disk just after its answer)."""
     for _ in range(int(HANG_S / 0.01)):
         doc = await stats(http, lab)
-        if doc["hub_fetches_in_flight"] == 0:
+        if doc["hub_fetches_in_flight"] == 0 and doc["chunks_storing"] == 0:
             return doc
         await asyncio.sleep(0.01)
     raise AssertionError("a chunk fetch never ended")
@@ -231,7 +233,7 @@ async def test_a_small_read_inside_a_failing_chunk_is_never_served_whole(
 
 
 async def test_priming_with_the_first_range_turns_a_failing_small_read_into_a_status(
-    lab: Lab,
+    lab: Lab, http: aiohttp.ClientSession
 ) -> None:
     """Told the answer's first range, ``prime`` waits for the verdict of a small part,
     so the error can still become a status (with the index alone it cannot know)."""
@@ -258,4 +260,8 @@ async def test_priming_with_the_first_range_turns_a_failing_small_read_into_a_st
 
     await asyncio.wait_for(streaming.write(ByteRange(CHUNK, SIZE), collect), HANG_S)
     assert b"".join(got) == lab.data[CHUNK:]
-    assert cache.is_cached(manifest, 1)  # an answer that ended has its chunks stored
+    # An answer ends once its chunks are verified: local from then on, in memory
+    # while they are being stored, then on disk.
+    assert cache.is_local(ChunkKey.of(manifest, 1).name)
+    await wait_until_quiet(http, lab)
+    assert cache.is_cached(manifest, 1)

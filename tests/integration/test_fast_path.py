@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import GatedBackend, RunningServer
+from tests.support.servers import GatedBackend, RunningServer, settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 BIG = "ds/big.bin"
@@ -278,6 +278,7 @@ async def test_a_torn_chunk_file_is_never_sent_and_is_fetched_again(
     status, headers, body = await read_response(reader)
     assert (status, headers["x-cache"], body) == (206, "MISS", data[CHUNK + 10:CHUNK + 1010])
     writer.close()
+    await settled_stats(http, spoke.url)  # stored again
 
     reader, writer = await connect(spoke)  # fetched again, and now opened for sendfile
     writer.write(plain)

@@ -7,7 +7,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import GatedBackend
+from tests.support.servers import GatedBackend, settled_stats
 
 
 async def test_failed_fills_evict_nothing(
@@ -27,8 +27,7 @@ async def test_failed_fills_evict_nothing(
     gated.fail_reads = True  # the hub answers, but cannot read its data
     for i in range(4, 8):
         assert (await read(i))[0] in (502, 503)
-    async with http.get(f"{spoke.url}/stats") as resp:
-        stats = await resp.json()
+    stats = await settled_stats(http, spoke.url)
     assert (stats["evictions"], stats["used_bytes"]) == (0, 4 * CHUNK)
     for i in range(4):
         status, x_cache, body = await read(i)
@@ -53,6 +52,5 @@ async def test_a_disk_that_refuses_writes_still_serves_the_bytes(
     store.write = full  # type: ignore[method-assign]
     async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
         assert resp.status == 200 and await resp.read() == files["ds/partial.bin"]
-    async with http.get(f"{spoke.url}/stats") as resp:
-        stats = await resp.json()
+    stats = await settled_stats(http, spoke.url)
     assert (stats["uncached_fills"], stats["used_bytes"], stats["cached_chunks"]) == (6, 0, 0)

@@ -8,6 +8,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.servers import settled_stats
 
 
 async def test_a_pinned_prefix_survives_a_scan_that_evicts_everything_else(
@@ -19,8 +20,7 @@ async def test_a_pinned_prefix_survives_a_scan_that_evicts_everything_else(
     for path in ("other/notes.csv", "ds/small.bin", "ds/big.bin", "ds/partial.bin"):
         async with http.get(f"{spoke.url}/objects/{path}") as resp:
             assert await resp.read() == files[path]
-    async with http.get(f"{spoke.url}/stats") as resp:
-        stats = await resp.json()
+    stats = await settled_stats(http, spoke.url)
     assert stats["pinned_bytes"] == 3000 + 1000
     assert stats["evictions"] > 30 and stats["used_bytes"] <= 10 * CHUNK
     for path in ("other/notes.csv", "ds/small.bin"):
@@ -40,8 +40,7 @@ async def test_pins_beyond_the_fraction_are_ordinary_chunks(
     spoke = await make_spoke(capacity_bytes=10 * CHUNK, pinned_prefixes=("ds/",), pin_fraction=0.2)
     async with http.get(f"{spoke.url}/objects/ds/big.bin") as resp:
         await resp.read()
-    async with http.get(f"{spoke.url}/stats") as resp:
-        stats = await resp.json()
+    stats = await settled_stats(http, spoke.url)
     assert stats["pinned_bytes"] == 2 * CHUNK  # 20 % of 10 chunks
     assert stats["used_bytes"] <= 10 * CHUNK and stats["cached_chunks"] == 10
 

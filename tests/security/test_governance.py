@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import aiohttp
 
 from tests.conftest import CHUNK, SpokeFactory
 from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call
+from tests.support.servers import settled_stats
 
 
 def chunk_files(cache_dir: Path) -> int:
@@ -30,8 +30,7 @@ async def test_tenant_bytes_and_quota(
     status, _, body = await call(http, f"{spoke.url}/objects/ds/big.bin", a,
                                  headers={"Range": f"bytes=0-{10 * CHUNK - 1}"})
     assert status == 206 and body == files["ds/big.bin"][:10 * CHUNK]
-    status, _, body = await call(http, f"{spoke.url}/stats", admin)
-    stats = json.loads(body)
+    stats = await settled_stats(http, spoke.url, headers={"Authorization": f"Bearer {admin}"})
     # Read-ahead fills run concurrently: some are served without being kept, the
     # rest evict team-a's own older chunks. Never anyone else's.
     assert stats["tenant_bytes"]["team-b"] == 3000
@@ -56,6 +55,7 @@ async def test_max_age_drops_old_chunks_even_with_room_left(
     spoke = await make_spoke(max_age_s=60)
     async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
         await resp.read()
+    await settled_stats(http, spoke.url)
     from spoke.handlers import CACHE
 
     cache = spoke.app[CACHE]
@@ -91,6 +91,7 @@ async def test_an_object_deleted_at_the_hub_is_dropped_after_the_ttl(
     spoke = await make_spoke(meta_ttl_s=0.2)
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         await resp.read()
+    await settled_stats(http, spoke.url)
     assert chunk_files(tmp_path / "cache") == 4
     (root / "ds" / "exact.bin").unlink()
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:

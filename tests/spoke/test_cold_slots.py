@@ -1,10 +1,13 @@
-"""PrioritySlots: read-ahead yields to loaders, and a read-ahead a loader joins stops yielding."""
+"""PrioritySlots: read-ahead yields to loaders, and a read-ahead a loader joins stops yielding.
+Backlog: new work waits while the later stage is full."""
 
 from __future__ import annotations
 
 import asyncio
 
-from spoke.slots import PrioritySlots, SlotClaim
+import pytest
+
+from spoke.slots import Backlog, PrioritySlots, SlotClaim
 
 
 async def settle() -> None:
@@ -71,3 +74,26 @@ async def test_a_cancelled_wait_leaves_no_slot_taken() -> None:
     await settle()
     slots.give_back(holder)
     assert (slots.in_use, slots.background_in_use, claim.held) == (0, 0, False)
+
+
+async def test_a_backlog_at_its_limit_holds_new_work_until_an_item_leaves() -> None:
+    backlog = Backlog(limit=2)
+    await backlog.room()  # empty: no wait
+    backlog.enter()
+    backlog.enter()
+    first = asyncio.create_task(backlog.room())
+    gone = asyncio.create_task(backlog.room())
+    await settle()
+    assert not first.done() and not gone.done()
+    gone.cancel()
+    await settle()
+    backlog.leave()
+    await settle()
+    assert first.done() and backlog.count == 1
+    # The cancelled waiter left nothing behind to wake.
+    assert not backlog._waiters
+
+
+def test_a_backlog_needs_room_for_one() -> None:
+    with pytest.raises(ValueError):
+        Backlog(limit=0)

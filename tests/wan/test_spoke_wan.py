@@ -35,7 +35,7 @@ from hub.config import HubConfig
 from loadtest.wan import WanProxy, add_bandwidth, add_latency, create_hub_proxy, start_toxiproxy
 from spoke.handlers import CONFIG
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import RunningServer, start_hub
+from tests.support.servers import RunningServer, settled_stats, start_hub
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -176,7 +176,7 @@ async def assert_disk_matches(
     http: aiohttp.ClientSession, spoke: RunningServer, cached_chunks: int
 ) -> None:
     """What /stats says is cached is exactly what is on disk, and no half-written file."""
-    doc = await stats(http, spoke)
+    doc = await settled_stats(http, spoke.url)
     assert doc["cached_chunks"] == cached_chunks
     assert len(chunk_files(spoke)) == cached_chunks
     assert doc["used_bytes"] == sum(p.stat().st_size for p in chunk_files(spoke))
@@ -527,7 +527,7 @@ async def test_bandwidth_cap_sets_cold_throughput(
         )
         assert reply.status == 200 and reply.body == data
         assert direct.status == 200 and direct.body == data
-        doc = await stats(http, spoke)
+        doc = await settled_stats(http, spoke.url)
     finally:
         await wide_hub.stop()
     cap = rate_kb_s * 1000

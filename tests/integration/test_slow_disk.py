@@ -1,0 +1,144 @@
+"""A slow disk: answers end when their bytes are verified, not when they are stored.
+
+The spoke's chunk store is held (its ``write`` waits on an event, as a disk busy
+with other work would), everything else is real: hub, spoke, HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from spoke.handlers import CACHE
+from spoke.store import ChunkStore
+from tests.conftest import CHUNK, SpokeFactory
+from tests.support.servers import RunningServer, settled_stats
+
+Dataset = tuple[Path, dict[str, bytes]]
+BIG = "ds/big.bin"
+WAIT_S = 10.0
+
+
+class HeldDisk:
+    """Chunk writes wait until :meth:`release`; counts the writes that started."""
+
+    def __init__(self, store: ChunkStore) -> None:
+        self.gate = threading.Event()
+        self.started = 0
+        self._write = store.write
+        store.write = self.write  # type: ignore[method-assign]
+
+    def write(self, name: str, data: bytes | bytearray | memoryview) -> None:
+        self.started += 1
+        assert self.gate.wait(WAIT_S), "the test never released the disk"
+        self._write(name, data)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+@pytest.fixture
+async def held_spoke(make_spoke: SpokeFactory) -> AsyncIterator[tuple[RunningServer, HeldDisk]]:
+    spoke = await make_spoke(fetch_concurrency=2, readahead_chunks=0, sequential_readahead_chunks=0)
+    disk = HeldDisk(spoke.app[CACHE].store)
+    try:
+        yield spoke, disk
+    finally:
+        disk.release()  # never leave an executor thread waiting
+
+
+async def get_chunk(
+    http: aiohttp.ClientSession, spoke: RunningServer, index: int
+) -> tuple[int, str, bytes]:
+    headers = {"Range": f"bytes={index * CHUNK}-{(index + 1) * CHUNK - 1}"}
+    async with http.get(f"{spoke.url}/objects/{BIG}", headers=headers) as resp:
+        return resp.status, resp.headers["X-Cache"], await resp.read()
+
+
+async def raw_stats(http: aiohttp.ClientSession, spoke: RunningServer) -> dict[str, Any]:
+    async with http.get(f"{spoke.url}/stats") as resp:
+        doc: dict[str, Any] = await resp.json()
+        return doc
+
+
+def chunk_files(cache_dir: Path) -> int:
+    return sum(1 for p in (cache_dir / "chunks").glob("*/*") if p.is_file())
+
+
+async def test_an_answer_ends_before_its_chunk_is_stored_and_a_reread_is_a_memory_hit(
+    held_spoke: tuple[RunningServer, HeldDisk], dataset: Dataset, http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    spoke, disk = held_spoke
+    data = dataset[1][BIG]
+    # The disk is held, yet the cold answer ends (it would hang with a store-bound end).
+    status, x_cache, body = await asyncio.wait_for(get_chunk(http, spoke, 2), WAIT_S)
+    assert (status, x_cache, body) == (206, "MISS", data[2 * CHUNK : 3 * CHUNK])
+    doc = await raw_stats(http, spoke)
+    assert (doc["chunks_storing"], doc["cached_chunks"], disk.started) == (1, 0, 1)
+    assert chunk_files(tmp_path / "cache") == 0
+
+    # Read again while it is being stored: from memory, no second hub fetch.
+    status, x_cache, body = await asyncio.wait_for(get_chunk(http, spoke, 2), WAIT_S)
+    assert (status, x_cache, body) == (206, "HIT", data[2 * CHUNK : 3 * CHUNK])
+    doc = await raw_stats(http, spoke)
+    assert (doc["hub_fetches"], doc["hits"], doc["misses"]) == (1, 1, 1)
+    assert doc["bytes_served_hit"] == CHUNK
+
+    disk.release()
+    doc = await settled_stats(http, spoke.url)
+    assert (doc["cached_chunks"], doc["used_bytes"], doc["hub_fetches"]) == (1, CHUNK, 1)
+    assert chunk_files(tmp_path / "cache") == 1
+    status, x_cache, body = await get_chunk(http, spoke, 2)
+    assert (status, x_cache, body) == (206, "HIT", data[2 * CHUNK : 3 * CHUNK])
+
+
+async def test_fetches_wait_while_the_disk_holds_as_many_chunks_as_can_be_fetched(
+    held_spoke: tuple[RunningServer, HeldDisk], dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    spoke, disk = held_spoke
+    data = dataset[1][BIG]
+    # fetch_concurrency=2: two verified chunks may wait for the disk, no more.
+    for index in (0, 1):
+        assert (await get_chunk(http, spoke, index))[1] == "MISS"
+    third = asyncio.create_task(get_chunk(http, spoke, 5))
+    await asyncio.sleep(0.3)
+    doc = await raw_stats(http, spoke)
+    assert not third.done()
+    assert (doc["chunks_storing"], doc["hub_fetches"], doc["misses"]) == (2, 2, 3)
+
+    disk.release()
+    status, x_cache, body = await asyncio.wait_for(third, WAIT_S)
+    assert (status, x_cache, body) == (206, "MISS", data[5 * CHUNK : 6 * CHUNK])
+    doc = await settled_stats(http, spoke.url)
+    assert (doc["cached_chunks"], doc["hub_fetches"]) == (3, 3)
+
+
+async def test_a_purge_takes_chunks_still_being_stored_and_none_land_after_it(
+    held_spoke: tuple[RunningServer, HeldDisk], http: aiohttp.ClientSession, tmp_path: Path,
+) -> None:
+    spoke, disk = held_spoke
+    assert (await get_chunk(http, spoke, 3))[1] == "MISS"
+    assert (await raw_stats(http, spoke))["chunks_storing"] == 1
+
+    async def purge() -> int:
+        async with http.delete(f"{spoke.url}/cache/{BIG}") as resp:
+            assert resp.status == 200
+            purged: int = (await resp.json())["purged_chunks"]
+            return purged
+
+    purging = asyncio.create_task(purge())
+    await asyncio.sleep(0.2)
+    assert not purging.done()  # the served chunk lands first, then goes with the rest
+    disk.release()
+    assert await asyncio.wait_for(purging, WAIT_S) == 1
+    doc = await settled_stats(http, spoke.url)
+    assert (doc["cached_chunks"], doc["used_bytes"], doc["purged_chunks"]) == (0, 0, 1)
+    assert chunk_files(tmp_path / "cache") == 0
+    assert (await get_chunk(http, spoke, 3))[1] == "MISS"
