@@ -432,9 +432,9 @@ class ChunkCache:
 
         ``tenant`` is whose read this is: a chunk it brings in counts against its quota.
         """
-        hit = self.lookup(manifest, index)
+        hit = self._local(manifest, index)
         if hit is not None:
-            return hit
+            return hit if hit.fill is None else Chunk(hit.key, hit.fill.data(), True)
         key = ChunkKey.of(manifest, index)
         self.stats.misses += 1
         fill, task, joined = self._flight(key, manifest, tenant, background=False)
@@ -450,16 +450,21 @@ class ChunkCache:
         and comes back at once with its :class:`Filling`, which the caller follows
         as the bytes arrive. Counted as :meth:`get` counts.
         """
+        hit = self._local(manifest, index)
+        return hit if hit is not None else self._miss(manifest, index, tenant)
+
+    def _local(self, manifest: Manifest, index: int) -> Chunk | None:
+        """Chunk ``index`` answered without the hub, counted as a loader's hit: on disk,
+        or (with its ``fill``) verified and in memory while it is being stored."""
         hit = self.lookup(manifest, index)
         if hit is not None:
             return hit
         key = ChunkKey.of(manifest, index)
         held = self._held(key.name)
-        if held is not None:
-            # Fetched and verified, being stored: served from memory, no hub fetch.
-            self._count_local_read(key.name)
-            return Chunk(key, None, True, held)
-        return self._miss(manifest, index, tenant)
+        if held is None:
+            return None
+        self._count_local_read(key.name)
+        return Chunk(key, None, True, held)
 
     def is_local(self, name: str) -> bool:
         """Whether chunk ``name`` can be answered without the hub: on disk, or

@@ -90,10 +90,15 @@ async def test_an_answer_ends_before_its_chunk_is_stored_and_a_reread_is_a_memor
     doc = await raw_stats(http, spoke)
     assert (doc["hub_fetches"], doc["hits"], doc["misses"]) == (1, 1, 1)
     assert doc["bytes_served_hit"] == CHUNK
+    cache = spoke.app[CACHE]
+    manifest, _ = await cache.manifest(BIG)
+    chunk = await asyncio.wait_for(cache.get(manifest, 2), WAIT_S)  # not waiting on the disk
+    assert (chunk.hit, chunk.data) == (True, data[2 * CHUNK : 3 * CHUNK])
 
     disk.release()
     doc = await settled_stats(http, spoke.url)
     assert (doc["cached_chunks"], doc["used_bytes"], doc["hub_fetches"]) == (1, CHUNK, 1)
+    assert doc["hits"] == 2
     assert chunk_files(tmp_path / "cache") == 1
     status, x_cache, body = await get_chunk(http, spoke, 2)
     assert (status, x_cache, body) == (206, "HIT", data[2 * CHUNK : 3 * CHUNK])
