@@ -597,7 +597,7 @@ class ChunkCache:
             if victims:
                 await self._in_db(self._drop_files, victims, victims)
             if reserved:
-                await self._publish_or_skip(key, manifest, fill.buffer, tenant)
+                await self._publish_or_skip(key, manifest, fill.view, tenant)
             else:
                 self.stats.uncached_fills += 1
         finally:
@@ -627,7 +627,7 @@ class ChunkCache:
                         # Every attempt, failed ones too: a slow WAN must show here.
                         self.fetch_latency.observe(time.perf_counter() - started)
                 self.stats.hub_bytes += bounds.length
-                await self._verify(manifest, key.index, fill.buffer)
+                await self._verify(manifest, key.index, fill.view)
             except HubError as exc:
                 if fill.handed_out:
                     exc.retryable = False  # readers have bytes of this attempt
@@ -650,7 +650,7 @@ class ChunkCache:
         )
 
     async def _verify(
-        self, manifest: Manifest, index: int, data: bytes | bytearray
+        self, manifest: Manifest, index: int, data: bytes | bytearray | memoryview
     ) -> None:
         inline = _INLINE_DIGEST_BYTES_BY_ALG.get(manifest.digest_alg, _INLINE_DIGEST_BYTES)
         if len(data) > inline:
@@ -732,7 +732,7 @@ class ChunkCache:
         return self._pinned_bytes
 
     async def _publish_or_skip(
-        self, key: ChunkKey, manifest: Manifest, data: bytes | bytearray, tenant: str
+        self, key: ChunkKey, manifest: Manifest, data: bytes | bytearray | memoryview, tenant: str
     ) -> None:
         """Store the chunk; if the disk refuses (full, read-only), serve it uncached."""
         try:
@@ -742,7 +742,7 @@ class ChunkCache:
             self.stats.uncached_fills += 1
 
     async def _publish(
-        self, key: ChunkKey, manifest: Manifest, data: bytes | bytearray, tenant: str
+        self, key: ChunkKey, manifest: Manifest, data: bytes | bytearray | memoryview, tenant: str
     ) -> None:
         """Write the file (temp, fsync, rename) and its index row, then make it resident.
 

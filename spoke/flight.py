@@ -13,12 +13,18 @@ they need before the rest has arrived, and learn the chunk's verdict at the end.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import mmap
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+# A chunk's bytes start on a page boundary inside their buffer (a bytearray's own
+# data does not), so the store can write them with O_DIRECT as they are, no copy.
+PAGE = mmap.PAGESIZE
 
 
 class SingleFlight(Generic[K, V]):
@@ -81,17 +87,28 @@ class BufferPool:
         self._free: dict[int, list[bytearray]] = {}
 
     def take(self, length: int) -> bytearray:
+        """A buffer with room for ``length`` bytes from a page boundary (see
+        :func:`page_aligned`)."""
         free = self._free.get(length, [])
         for i in range(len(free) - 1, -1, -1):
             if not _viewed(free[i]):
                 self.pooled_bytes -= length
                 return free.pop(i)
-        return bytearray(length)
+        return bytearray(length + PAGE)
 
     def give(self, buffer: bytearray) -> None:
-        if self.pooled_bytes + len(buffer) <= self.limit_bytes:
-            self._free.setdefault(len(buffer), []).append(buffer)
-            self.pooled_bytes += len(buffer)
+        length = len(buffer) - PAGE  # counted, and kept, by the length it holds
+        if self.pooled_bytes + length <= self.limit_bytes:
+            self._free.setdefault(length, []).append(buffer)
+            self.pooled_bytes += length
+
+
+def page_aligned(buffer: bytearray, length: int) -> memoryview:
+    """``length`` bytes of ``buffer`` (at least ``length + PAGE`` long) from its first
+    page boundary."""
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    start = -address % PAGE
+    return memoryview(buffer)[start : start + length]
 
 
 def _viewed(buffer: bytearray) -> bool:
@@ -126,7 +143,6 @@ class Filling:
 
     __slots__ = (
         "__weakref__",
-        "_view",
         "_waiters",
         "buffer",
         "error",
@@ -134,14 +150,15 @@ class Filling:
         "length",
         "received",
         "verified",
+        "view",
     )
 
     def __init__(self, length: int, pool: BufferPool | None = None) -> None:
         self.length = length
-        self.buffer = pool.take(length) if pool is not None else bytearray(length)
+        self.buffer = pool.take(length) if pool is not None else bytearray(length + PAGE)
         if pool is not None:
             weakref.finalize(self, pool.give, self.buffer)
-        self._view = memoryview(self.buffer)
+        self.view = page_aligned(self.buffer, length)  # the chunk's bytes
         self.received = 0
         self.handed_out = False
         self.verified = False
@@ -164,12 +181,12 @@ class Filling:
         end = self.received + len(data)
         if end > self.length:
             raise ValueError(f"{end} bytes for a {self.length}-byte chunk")
-        self._view[self.received : end] = data
+        self.view[self.received : end] = data
         self.advance(len(data))
 
     def space(self) -> memoryview:
         """Where the next bytes go (received in place, then :meth:`advance`)."""
-        return self._view[self.received :]
+        return self.view[self.received :]
 
     def advance(self, nbytes: int) -> None:
         """``nbytes`` more arrived at the start of :meth:`space`."""
@@ -210,11 +227,11 @@ class Filling:
         if stop <= start:
             return None
         self.handed_out = True
-        return self._view[start:stop]
+        return self.view[start:stop]
 
     def data(self) -> bytes:
         """A copy of the whole (verified) chunk."""
-        return bytes(self.buffer)
+        return bytes(self.view)
 
     def _wake(self) -> None:
         keep: list[tuple[int, asyncio.Future[None]]] = []

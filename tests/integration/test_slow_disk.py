@@ -26,16 +26,14 @@ WAIT_S = 10.0
 
 
 class HeldDisk:
-    """Chunk writes wait until :meth:`release`; counts the writes that started."""
+    """Chunk writes wait until :meth:`release`."""
 
     def __init__(self, store: ChunkStore) -> None:
         self.gate = threading.Event()
-        self.started = 0
         self._write = store.write
         store.write = self.write  # type: ignore[method-assign]
 
     def write(self, name: str, data: bytes | bytearray | memoryview) -> None:
-        self.started += 1
         assert self.gate.wait(WAIT_S), "the test never released the disk"
         self._write(name, data)
 
@@ -81,7 +79,7 @@ async def test_an_answer_ends_before_its_chunk_is_stored_and_a_reread_is_a_memor
     status, x_cache, body = await asyncio.wait_for(get_chunk(http, spoke, 2), WAIT_S)
     assert (status, x_cache, body) == (206, "MISS", data[2 * CHUNK : 3 * CHUNK])
     doc = await raw_stats(http, spoke)
-    assert (doc["chunks_storing"], doc["cached_chunks"], disk.started) == (1, 0, 1)
+    assert (doc["chunks_storing"], doc["cached_chunks"]) == (1, 0)
     assert chunk_files(tmp_path / "cache") == 0
 
     # Read again while it is being stored: from memory, no second hub fetch.

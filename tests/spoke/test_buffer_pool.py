@@ -6,9 +6,10 @@ transport may still hold one (bytes not yet sent) after the fill is gone.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 
-from spoke.flight import BufferPool, Filling
+from spoke.flight import PAGE, BufferPool, Filling
 
 LENGTH = 1 << 20
 
@@ -51,3 +52,17 @@ def test_the_pool_keeps_no_more_than_its_limit() -> None:
     del fills
     gc.collect()
     assert pool.pooled_bytes == 2 * LENGTH
+
+
+def test_a_fills_bytes_start_on_a_page_and_stay_there_when_reused() -> None:
+    pool = BufferPool(4 * LENGTH)
+    for length in (LENGTH, 123):
+        first = Filling(length, pool)
+        view = first.view
+        assert len(view) == length
+        assert ctypes.addressof(ctypes.c_char.from_buffer(view)) % PAGE == 0
+        del first, view
+        gc.collect()
+        again = Filling(length, pool)
+        assert ctypes.addressof(ctypes.c_char.from_buffer(again.view)) % PAGE == 0
+        assert len(again.view) == length

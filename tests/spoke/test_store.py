@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from spoke.flight import Filling
 from spoke.store import ChunkStore
 
 SIZES = [0, 1, 4095, 4096, 4097, (4 << 20) + 123]
@@ -121,3 +122,30 @@ def test_concurrent_writes_keep_their_bytes_apart_and_few_buffers(tmp_path: Path
     for i, size in enumerate(sizes):
         _check_stored(store, f"kl{i:04d}", _payload(size, seed=i))
     assert len(store._aligned._idle) <= 4
+
+
+@pytest.mark.parametrize("size", [4096, 4 << 20])
+def test_a_fills_page_aligned_bytes_are_written_without_a_copy(
+    tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ChunkStore(str(tmp_path / "cache"))  # buffered where O_DIRECT is refused: no copy
+    fill = Filling(size)
+    data = _payload(size, seed=3)
+    fill.feed(data)
+
+    def no_copy(length: int) -> Any:
+        raise AssertionError("copied into an aligned buffer")
+
+    monkeypatch.setattr(store._aligned, "take", no_copy)
+    store.write("ef0001", fill.view)
+    _check_stored(store, "ef0001", data)
+
+
+def test_unaligned_or_odd_sized_bytes_still_go_through_an_aligned_copy(tmp_path: Path) -> None:
+    store = ChunkStore(str(tmp_path / "cache"))
+    fill = Filling(4097)
+    fill.feed(_payload(4097, seed=4))
+    unaligned = memoryview(bytearray(8192 + 1))[1:]
+    for name, data in (("ef0002", fill.view), ("ef0003", unaligned)):
+        store.write(name, data)
+        _check_stored(store, name, bytes(data))
