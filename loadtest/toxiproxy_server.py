@@ -65,6 +65,13 @@ LISTENING_PREFIX = "listening on "
 # a link passes on is gathered and written with one system call once it has this
 # much, or before the link waits for anything.
 FLUSH_BYTES = 1 << 20
+# Sockets are read into buffers of this size (the most uvloop reads at once). A view
+# holds its whole buffer, so reads smaller than COPY_BELOW_BYTES are copied out (the
+# buffer serves again at once): memory held is at most 4x the bytes in flight.
+RECEIVE_BYTES = 256 << 10
+COPY_BELOW_BYTES = 64 << 10
+# Buffers lent and still viewed beyond this many are left to the garbage collector.
+MAX_LENT_BUFFERS = 1024
 # A destination socket's transport buffers this much before the link waits for it.
 WRITE_HIGH_WATER = 1 << 20
 # A link stops reading its source once this many bytes wait in its buffer. It must
@@ -212,7 +219,7 @@ def parse_new_toxic(body: Any) -> Toxic:
 
 @dataclass(slots=True)
 class Chunk:
-    data: bytes
+    data: bytes | memoryview  # a view of a receive buffer (see _ReceiveBuffers)
     stamp: float  # loop time the data was read (latency toxics push it forward)
 
 
@@ -535,10 +542,49 @@ class _ChunkBuffer:
             ready.set_result(None)
 
 
-class _End(asyncio.Protocol):
+class _ReceiveBuffers:
+    """Buffers sockets read into, each used again once nothing views its bytes.
+
+    The loop reads straight into one (a buffered protocol), and the bytes travel
+    the link as a view of it: no copy out of the loop's own read buffer, which for
+    a plain protocol is a copy of every byte proxied. A buffer is lent for one read
+    and taken again, oldest first, once no view of it is alive (its bytes were
+    written, or dropped): a bytearray with live views cannot change size, which
+    :func:`_viewed` probes.
+    """
+
+    def __init__(self) -> None:
+        self._lent: collections.deque[bytearray] = collections.deque()
+
+    def take(self) -> bytearray:
+        if self._lent and not _viewed(self._lent[0]):
+            buffer = self._lent.popleft()
+        else:
+            buffer = bytearray(RECEIVE_BYTES)
+            if len(self._lent) >= MAX_LENT_BUFFERS:
+                self._lent.popleft()  # still viewed: freed when its views are
+        self._lent.append(buffer)
+        return buffer
+
+
+def _viewed(buffer: bytearray) -> bool:
+    """Whether a view of ``buffer`` is alive (a pop fails then; without views a pop
+    and an append cost nothing)."""
+    try:
+        last = buffer.pop()
+    except BufferError:
+        return True
+    buffer.append(last)
+    return False
+
+
+class _End(asyncio.BufferedProtocol):
     """One socket of a proxied connection: the source of one link, the destination of
-    the other. A protocol rather than asyncio streams: what the loop reads goes to
-    the link as it is (no copies through a StreamReader's buffer)."""
+    the other. A buffered protocol rather than asyncio streams: what the loop reads
+    goes to the link as it is (no copies through a StreamReader's buffer, nor out of
+    the loop's read buffer)."""
+
+    buffers = _ReceiveBuffers()
 
     def __init__(self, on_made: Callable[[_End], None] | None = None) -> None:
         self.transport: asyncio.Transport | None = None
@@ -549,8 +595,9 @@ class _End(asyncio.Protocol):
         self._writing_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._lost = False
+        self._receiving = bytearray()
 
-    # ---- asyncio.Protocol
+    # ---- asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
@@ -558,7 +605,16 @@ class _End(asyncio.Protocol):
         if self._on_made is not None:
             self._on_made(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> bytearray:
+        self._receiving = self.buffers.take()
+        return self._receiving
+
+    def buffer_updated(self, nbytes: int) -> None:
+        received = memoryview(self._receiving)[:nbytes]
+        # Small reads (API calls, requests) are copied: a view would hold a whole buffer.
+        self._received(received if nbytes >= COPY_BELOW_BYTES else bytes(received))
+
+    def _received(self, data: bytes | memoryview) -> None:
         chunk = Chunk(data, self._loop.time())
         if self._sink is not None:
             self._sink.put(chunk)
@@ -617,7 +673,7 @@ class _End(asyncio.Protocol):
     def is_closing(self) -> bool:
         return self._lost or self.transport is None or self.transport.is_closing()
 
-    def writelines(self, parts: list[bytes]) -> None:
+    def writelines(self, parts: list[bytes | memoryview]) -> None:
         if self.is_closing():
             raise ConnectionResetError("destination closed")
         assert self.transport is not None
@@ -679,7 +735,7 @@ class _Link:
         self._done = asyncio.Event()
         # Written data not yet handed to the socket: writes are gathered while the
         # pump has more at hand, and go out in one system call before it waits.
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
         for toxic in toxics:
             self.attach(toxic)
@@ -793,7 +849,7 @@ class _Link:
             return
         await chain[index].pipe(chunk, _Outlet(self, chain, index + 1))
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes | memoryview) -> None:
         if self._dest.is_closing():
             raise ConnectionResetError("destination closed")
         self._out.append(data)
