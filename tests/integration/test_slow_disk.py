@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,17 @@ async def raw_stats(http: aiohttp.ClientSession, spoke: RunningServer) -> dict[s
         return doc
 
 
+async def stats_when(
+    http: aiohttp.ClientSession, spoke: RunningServer, ready: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            doc = await raw_stats(http, spoke)
+            if ready(doc):
+                return doc
+            await asyncio.sleep(0.01)
+
+
 def chunk_files(cache_dir: Path) -> int:
     return sum(1 for p in (cache_dir / "chunks").glob("*/*") if p.is_file())
 
@@ -111,7 +122,8 @@ async def test_fetches_wait_while_the_disk_holds_as_many_chunks_as_can_be_fetche
     for index in (0, 1):
         assert (await get_chunk(http, spoke, index))[1] == "MISS"
     third = asyncio.create_task(get_chunk(http, spoke, 5))
-    await asyncio.sleep(0.3)
+    await stats_when(http, spoke, lambda doc: doc["misses"] == 3)  # the third read is in
+    await asyncio.sleep(0.2)  # room for a fetch that should not start
     doc = await raw_stats(http, spoke)
     assert not third.done()
     assert (doc["chunks_storing"], doc["hub_fetches"], doc["misses"]) == (2, 2, 3)
