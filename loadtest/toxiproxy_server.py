@@ -51,6 +51,8 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
+from service.buffers import has_views
+
 # Under `python -m` __name__ is "__main__"; log under the module's real name either way.
 logger = logging.getLogger("loadtest.toxiproxy_server" if __name__ == "__main__" else __name__)
 
@@ -549,15 +551,14 @@ class _ReceiveBuffers:
     the link as a view of it: no copy out of the loop's own read buffer, which for
     a plain protocol is a copy of every byte proxied. A buffer is lent for one read
     and taken again, oldest first, once no view of it is alive (its bytes were
-    written, or dropped): a bytearray with live views cannot change size, which
-    :func:`_viewed` probes.
+    written, or dropped; :func:`service.buffers.has_views`).
     """
 
     def __init__(self) -> None:
         self._lent: collections.deque[bytearray] = collections.deque()
 
     def take(self) -> bytearray:
-        if self._lent and not _viewed(self._lent[0]):
+        if self._lent and not has_views(self._lent[0]):
             buffer = self._lent.popleft()
         else:
             buffer = bytearray(RECEIVE_BYTES)
@@ -565,17 +566,6 @@ class _ReceiveBuffers:
                 self._lent.popleft()  # still viewed: freed when its views are
         self._lent.append(buffer)
         return buffer
-
-
-def _viewed(buffer: bytearray) -> bool:
-    """Whether a view of ``buffer`` is alive (a pop fails then; without views a pop
-    and an append cost nothing)."""
-    try:
-        last = buffer.pop()
-    except BufferError:
-        return True
-    buffer.append(last)
-    return False
 
 
 class _End(asyncio.BufferedProtocol):

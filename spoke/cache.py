@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from cachetools import LRUCache
 
@@ -38,7 +38,7 @@ from spoke.hub_client import HubClient
 from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey, chunk_name, manifest_version
 from spoke.policy import EvictionPolicy
-from spoke.resident import Resident, ResidentSet
+from spoke.resident import Resident, ResidentSet, covers
 from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
 from spoke.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.stats import SpokeStats
@@ -77,6 +77,15 @@ class Chunk:
     data: bytes | None
     hit: bool
     fill: Filling | None = None
+
+
+class _Flight(NamedTuple):
+    """A chunk flight: its key, its bytes as they arrive, its claim on a fetch slot."""
+
+    key: ChunkKey
+    fill: Filling
+    claim: SlotClaim
+    task: asyncio.Task[None]
 
 
 class CacheWatcher(Protocol):
@@ -141,9 +150,7 @@ class ChunkCache:
         # Last manifest seen per object, kept past the TTL for stale-if-error.
         self._known: LRUCache[str, Manifest] = LRUCache(maxsize=100_000)
         self._chunk_flights: SingleFlight[str, None] = SingleFlight()
-        # Each chunk flight's key, its bytes as they arrive, its claim on a fetch slot,
-        # its task.
-        self._fills: dict[str, tuple[ChunkKey, Filling, SlotClaim, asyncio.Task[None]]] = {}
+        self._fills: dict[str, _Flight] = {}
         self._buffers = BufferPool(_POOLED_BUFFER_BYTES)
         self._jitter = random.Random()
         self._manifest_flights: SingleFlight[str, tuple[Manifest, bool]] = SingleFlight()
@@ -316,7 +323,7 @@ class ChunkCache:
     @property
     def fetches_in_flight(self) -> int:
         """Chunk fetches from the hub not yet verified (or failed)."""
-        return sum(1 for _, fill, _, _ in self._fills.values() if not fill.done)
+        return sum(1 for flight in self._fills.values() if not flight.fill.done)
 
     @property
     def chunks_storing(self) -> int:
@@ -473,10 +480,8 @@ class ChunkCache:
 
     def _held(self, name: str) -> Filling | None:
         """Chunk ``name``'s fill if it is verified and not yet stored."""
-        running = self._fills.get(name)
-        if running is None or not running[1].verified:
-            return None
-        return running[1]
+        flight = self._fills.get(name)
+        return flight.fill if flight is not None and flight.fill.verified else None
 
     def _miss(self, manifest: Manifest, index: int, tenant: str) -> Chunk:
         key = ChunkKey.of(manifest, index)
@@ -493,22 +498,21 @@ class ChunkCache:
         """The flight of ``key``: joined if one runs (promoted if a loader now waits on it)."""
         running = self._fills.get(key.name)
         if running is not None:
-            _, fill, claim, task = running
             if not background:
-                self._fetch_slots.promote(claim)
-            return fill, task, True
+                self._fetch_slots.promote(running.claim)
+            return running.fill, running.task, True
         length = chunk_bounds(key.index, manifest.size, manifest.chunk_size).length
         fill, claim = Filling(length, self._buffers), SlotClaim(background)
         task, _ = self._chunk_flights.begin(
             key.name, lambda: self._fill(key, manifest, tenant, fill, claim)
         )
-        self._fills[key.name] = (key, fill, claim, task)
+        self._fills[key.name] = _Flight(key, fill, claim, task)
         task.add_done_callback(lambda _: self._fill_ended(key.name, fill))
         return fill, task, False
 
     def _fill_ended(self, name: str, fill: Filling) -> None:
         running = self._fills.get(name)
-        if running is not None and running[1] is fill:
+        if running is not None and running.fill is fill:
             del self._fills[name]
             self._unwanted.discard(name)
         # A reader still waiting (the flight was cancelled) must not wait forever.
@@ -590,7 +594,7 @@ class ChunkCache:
 
     async def _store(self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling) -> None:
         """Make room for the verified chunk in ``fill`` and store it (or serve it uncached)."""
-        if key.name in self._unwanted:
+        if key.name in self._unwanted:  # purged while it was being fetched
             return
         victims, reserved = self._reserve(key.name, fill.length, tenant)
         try:
@@ -765,9 +769,6 @@ class ChunkCache:
             error = file_error if file_error is not None else row_error
             assert isinstance(error, BaseException)
             raise error
-        if key.name in self._unwanted:  # purged while it was being written
-            await self._in_db(self._drop_files, [key.name], [key.name])
-            return
         self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
         self._track(key.name, key.path, len(data))
         if self.watcher is not None:
@@ -794,12 +795,10 @@ class ChunkCache:
         # Chunks already served but still being stored land first and go with the
         # rest; chunks still being fetched will not be stored (not waiting on the WAN).
         landing = []
-        for name, (key, fill, _, task) in self._fills.items():
-            if (path is not None and key.path == path) or (
-                prefix is not None and key.path.startswith(prefix)
-            ):
-                if fill.verified:
-                    landing.append(task)
+        for name, flight in self._fills.items():
+            if covers(path, prefix, flight.key.path):
+                if flight.fill.verified:
+                    landing.append(flight.task)
                 else:
                     self._unwanted.add(name)
         if landing:

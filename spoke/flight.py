@@ -13,11 +13,12 @@ they need before the rest has arrived, and learn the chunk's verdict at the end.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import mmap
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
+
+from service.buffers import address_of, has_views
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -91,7 +92,7 @@ class BufferPool:
         :func:`page_aligned`)."""
         free = self._free.get(length, [])
         for i in range(len(free) - 1, -1, -1):
-            if not _viewed(free[i]):
+            if not has_views(free[i]):
                 self.pooled_bytes -= length
                 return free.pop(i)
         return bytearray(length + PAGE)
@@ -106,23 +107,8 @@ class BufferPool:
 def page_aligned(buffer: bytearray, length: int) -> memoryview:
     """``length`` bytes of ``buffer`` (at least ``length + PAGE`` long) from its first
     page boundary."""
-    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
-    start = -address % PAGE
+    start = -address_of(buffer) % PAGE
     return memoryview(buffer)[start : start + length]
-
-
-def _viewed(buffer: bytearray) -> bool:
-    """Whether a memoryview of ``buffer`` is alive: a bytearray cannot change size
-    then, so a pop refuses. Without views the pop and append cost nothing (no
-    reallocation for one byte)."""
-    if not buffer:
-        return False
-    try:
-        last = buffer.pop()
-    except BufferError:
-        return True
-    buffer.append(last)
-    return False
 
 
 class Filling:

@@ -75,8 +75,11 @@ class ResidentSet:
         return [n for n, r in self._chunks.items() if r.stored_at < deadline]
 
     def matching(self, path: str | None, prefix: str | None) -> list[str]:
-        return [
-            n for n, r in self._chunks.items()
-            if (path is not None and r.path == path)
-            or (prefix is not None and r.path.startswith(prefix))
-        ]
+        return [n for n, r in self._chunks.items() if covers(path, prefix, r.path)]
+
+
+def covers(path: str | None, prefix: str | None, object_path: str) -> bool:
+    """Whether a purge of ``path`` or ``prefix`` covers the chunks of ``object_path``."""
+    return (path is not None and object_path == path) or (
+        prefix is not None and object_path.startswith(prefix)
+    )

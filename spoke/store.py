@@ -26,13 +26,14 @@ disk on the event loop (6,450-6,580 samples/s against 7,740-8,490 with it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import mmap
 import os
 import secrets
 import threading
+
+from service.buffers import address_of
 
 _TMP = "tmp"
 _CHUNKS = "chunks"
@@ -132,26 +133,20 @@ class ChunkStore:
         return os.open(tmp, flags, 0o600)
 
     def _write_direct(self, fd: int, data: memoryview) -> None:
-        """All of ``data`` through an aligned buffer, padded to the block, then cut.
+        """All of ``data``, padded to the block, then cut: as it is when it starts on a
+        page and fills whole blocks (a fill's bytes, :func:`spoke.flight.page_aligned`),
+        else through an aligned copy.
 
         A filesystem that took ``O_DIRECT`` at open but refuses the write (a block
         larger than a page) gets this write, and every later one, buffered.
         """
         length = len(data)
         padded = -(-length // DIRECT_ALIGN) * DIRECT_ALIGN
-        if padded == length and _page_aligned(data):
-            # A fill's bytes start on a page (spoke.flight.page_aligned): no copy.
-            buffer = None
-        else:
-            buffer = self._aligned.take(max(padded, DIRECT_ALIGN))
         try:
-            if buffer is None:
+            if padded == length and _page_aligned(data):
                 _write_all(fd, data)
             else:
-                buffer[:length] = data
-                buffer[length:padded] = bytes(padded - length)
-                with memoryview(buffer) as whole:
-                    _write_all(fd, whole[:padded])
+                self._write_aligned_copy(fd, data, padded)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
@@ -161,11 +156,18 @@ class ChunkStore:
             os.lseek(fd, 0, os.SEEK_SET)
             _write_buffered(fd, data)
             return
-        finally:
-            if buffer is not None:
-                self._aligned.give(buffer)
         if padded != length:
             os.ftruncate(fd, length)
+
+    def _write_aligned_copy(self, fd: int, data: memoryview, padded: int) -> None:
+        buffer = self._aligned.take(max(padded, DIRECT_ALIGN))
+        try:
+            buffer[: len(data)] = data
+            buffer[len(data) : padded] = bytes(padded - len(data))
+            with memoryview(buffer) as whole:
+                _write_all(fd, whole[:padded])
+        finally:
+            self._aligned.give(buffer)
 
     def open(self, name: str) -> int:
         """An fd reading chunk ``name``; ``FileNotFoundError`` when it is not stored."""
@@ -248,7 +250,6 @@ def _write_all(fd: int, data: memoryview) -> None:
 def _page_aligned(data: memoryview) -> bool:
     """Whether ``data`` starts on a page boundary (only a writable buffer can tell)."""
     try:
-        address = ctypes.addressof(ctypes.c_char.from_buffer(data))
+        return address_of(data) % DIRECT_ALIGN == 0
     except (TypeError, ValueError):  # read-only, or empty
         return False
-    return address % DIRECT_ALIGN == 0

@@ -31,6 +31,7 @@ from spoke.reader import RangeReader
 from tests.support.servers import (
     GatedBackend,
     RunningServer,
+    settled_stats,
     start_hub,
     start_spoke,
     write_dataset,
@@ -119,13 +120,6 @@ async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
         await hub.stop()
 
 
-async def stats(http: aiohttp.ClientSession, lab: Lab) -> dict[str, Any]:
-    async with http.get(f"{lab.spoke.url}/stats") as resp:
-        assert resp.status == 200
-        doc: dict[str, Any] = await resp.json()
-        return doc
-
-
 def chunk_files(lab: Lab) -> list[str]:
     return sorted(p.name for p in (lab.cache_dir / "chunks").glob("*/*") if p.is_file())
 
@@ -133,12 +127,7 @@ def chunk_files(lab: Lab) -> list[str]:
 async def wait_until_quiet(http: aiohttp.ClientSession, lab: Lab) -> dict[str, Any]:
     """/stats once no chunk is being fetched or stored (a failed flight ends just after
     the cut; a served chunk lands on disk just after its answer)."""
-    for _ in range(int(HANG_S / 0.01)):
-        doc = await stats(http, lab)
-        if doc["hub_fetches_in_flight"] == 0 and doc["chunks_storing"] == 0:
-            return doc
-        await asyncio.sleep(0.01)
-    raise AssertionError("a chunk fetch never ended")
+    return await settled_stats(http, lab.spoke.url, timeout_s=HANG_S)
 
 
 async def first_half_while_held(resp: aiohttp.ClientResponse, lab: Lab) -> bytes:
