@@ -61,10 +61,10 @@ async def test_an_oversized_message_is_refused_before_sending() -> None:
 BASE = ["serve", "--hub", "http://hub", "--cache-dir", "/tmp/c", "--capacity", "1GiB"]
 
 
-def test_workers_default_to_one_and_auto_means_one_per_core() -> None:
+def test_workers_default_to_one_and_auto_means_two_per_core() -> None:
     assert config_from_args(parse_args(BASE, {})).workers == 1
     auto = config_from_args(parse_args([*BASE, "--workers", "auto"], {})).workers
-    assert auto == len(os.sched_getaffinity(0))
+    assert auto == 2 * len(os.sched_getaffinity(0))
     assert config_from_args(parse_args(BASE, {"HUBSPOKE_WORKERS": "3"})).workers == 3
 
 
