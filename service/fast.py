@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Protocol, cast
@@ -135,7 +135,7 @@ class FastConnection(Protocol):
 
     def write(self, data: bytes | memoryview) -> None: ...
 
-    def writelines(self, parts: list[bytes]) -> None: ...
+    def writelines(self, parts: Sequence[bytes | memoryview]) -> None: ...
 
     def head(self, status: int, headers: list[tuple[str, str]], keep_alive: bool) -> bytes: ...
 
@@ -231,7 +231,7 @@ class FastProtocol(asyncio.Protocol):
             raise ConnectionResetError("connection lost")
         self._transport.write(data)
 
-    def writelines(self, parts: list[bytes]) -> None:
+    def writelines(self, parts: Sequence[bytes | memoryview]) -> None:
         if self._transport is None:
             raise ConnectionResetError("connection lost")
         self._transport.writelines(parts)

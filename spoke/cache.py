@@ -359,6 +359,18 @@ class ChunkCache:
         self._count_hit(name)
         return self._pread(name, start, stop)
 
+    def view_hit(self, name: str, start: int, stop: int) -> memoryview:
+        """:meth:`read_hit`'s bytes as a view of the chunk's mapped file, no copy: only
+        for a plain socket's transport (see :mod:`spoke.fds`). Raises ChunkGone (and
+        forgets the chunk) when its file is gone or shorter than ``stop``."""
+        try:
+            view = self._fds.view(name, start, stop)
+        except FileNotFoundError:
+            self._forget(name)
+            raise ChunkGone(name) from None
+        self._count_hit(name)
+        return view
+
     def count_hits_elsewhere(self, hits: dict[str, int], served_bytes: int) -> None:
         """Hits a reader worker answered from this cache's files: counted, and
         seen by the policy as accesses, as if answered here."""

@@ -186,7 +186,7 @@ def _answer_now(
     if prepared.x_cache != "HIT" or not answerable_now(conn, plan):
         return None
     try:
-        body = read_cached_body(hits, manifest, plan)
+        body = read_cached_body(hits, manifest, plan, zero_copy=conn.can_sendfile)
     except ChunkGone:
         return None  # deleted behind our back: the slow way fetches it again
     if body is None:
@@ -235,6 +235,9 @@ class _CacheHits:
 
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
         return self.cache.read_hit(name, start, stop)
+
+    def view_hit(self, name: str, start: int, stop: int) -> memoryview:
+        return self.cache.view_hit(name, start, stop)
 
     def fd_hit(self, name: str, need_bytes: int) -> int:
         return self.cache.fd_hit(name, need_bytes)

@@ -60,6 +60,11 @@ class HitSource(Protocol):
         """Bytes of a resident chunk, counted as a loader's hit; raises ChunkGone."""
         ...
 
+    def view_hit(self, name: str, start: int, stop: int) -> memoryview:
+        """:meth:`read_hit`'s bytes as a view of the chunk's mapped file, no copy: only
+        for a plain socket's transport (see :mod:`spoke.fds`)."""
+        ...
+
     def fd_hit(self, name: str, need_bytes: int) -> int:
         """A resident chunk's open descriptor (valid within this callback), counted as
         a loader's hit; raises ChunkGone, also when it holds under ``need_bytes``."""
@@ -194,7 +199,7 @@ class PlainReads:
         if plan.status != 206 or not answerable_now(conn, plan):
             return None
         try:
-            body = read_cached_body(source, manifest, plan)
+            body = read_cached_body(source, manifest, plan, zero_copy=conn.can_sendfile)
         except ChunkGone:
             return None
         if body is None:
@@ -255,22 +260,25 @@ def _one_range(match: re.Match[str], size: int) -> ByteRange | None:
 
 
 def read_cached_body(
-    source: HitSource, manifest: Manifest, plan: ResponsePlan
-) -> list[bytes] | None:
+    source: HitSource, manifest: Manifest, plan: ResponsePlan, *, zero_copy: bool
+) -> list[bytes | memoryview] | None:
     """``plan``'s body, its ranges read from cached chunks (each counted as a hit), or
-    None, nothing counted, unless every chunk it needs is cached. Raises ChunkGone."""
+    None, nothing counted, unless every chunk it needs is cached. Raises ChunkGone.
+    ``zero_copy`` (the body goes to a plain TCP socket): views of the mapped chunk
+    files rather than bytes read from them."""
     laid_out: list[bytes | list[tuple[str, int, int]]] = []
     for part in plan.body:
         slices = part if isinstance(part, bytes) else _resident_slices(source, manifest, part)
         if slices is None:
             return None
         laid_out.append(slices)
-    body: list[bytes] = []
+    read = source.view_hit if zero_copy else source.read_hit
+    body: list[bytes | memoryview] = []
     for piece in laid_out:
         if isinstance(piece, bytes):
             body.append(piece)
         else:
-            body += [source.read_hit(*chunk) for chunk in piece]
+            body += [read(*chunk) for chunk in piece]
     return body
 
 

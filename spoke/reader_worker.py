@@ -117,6 +117,15 @@ class Mirror:
         self.hits[name] = self.hits.get(name, 0) + 1
         return data
 
+    def view_hit(self, name: str, start: int, stop: int) -> memoryview:
+        try:
+            view = self._fds.view(name, start, stop)
+        except FileNotFoundError:  # evicted, or torn: the owner will say so, or answer
+            self.names.discard(name)
+            raise ChunkGone(name) from None
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return view
+
     def forget(self, name: str) -> None:
         self.names.discard(name)  # the owner finds out when it reads it, or answers
         self._fds.discard(name)

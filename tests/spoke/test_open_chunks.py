@@ -1,0 +1,141 @@
+"""OpenChunks: descriptors and read-only maps of chunk files, and the batch body built
+from them (spoke.plain.read_cached_body), on a real ChunkStore."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from protocol.manifest import Manifest
+from protocol.response import plan_response
+from spoke.cache import ChunkGone
+from spoke.fds import OpenChunks
+from spoke.keys import chunk_name, manifest_version
+from spoke.objects import representation
+from spoke.plain import read_cached_body
+from spoke.reader_worker import Mirror
+from spoke.store import ChunkStore
+
+CHUNK = 64 << 10
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ChunkStore:
+    return ChunkStore(str(tmp_path / "cache"), direct=False)
+
+
+def test_a_view_is_the_chunk_bytes_of_a_map_not_a_copy(store: ChunkStore) -> None:
+    data = os.urandom(CHUNK)
+    store.write("c1", data)
+    chunks = OpenChunks(store.open)
+    view = chunks.view("c1", 100, 5000)
+    assert isinstance(view.obj, mmap.mmap)
+    assert bytes(view) == data[100:5000]
+    assert chunks.view("c1", 0, CHUNK).obj is view.obj  # one map per open chunk
+    assert chunks.pread("c1", 100, 5000) == data[100:5000]
+
+
+def test_a_view_past_the_end_of_a_torn_file_is_refused_and_forgotten(
+    store: ChunkStore,
+) -> None:
+    store.write("c1", os.urandom(CHUNK // 2))
+    chunks = OpenChunks(store.open)
+    with pytest.raises(FileNotFoundError):
+        chunks.view("c1", 0, CHUNK)
+    assert len(chunks) == 0
+
+
+def test_a_view_outlives_the_discard_and_the_deletion_of_its_chunk(store: ChunkStore) -> None:
+    data = os.urandom(CHUNK)
+    store.write("c1", data)
+    chunks = OpenChunks(store.open)
+    view = chunks.view("c1", 0, CHUNK)
+    chunks.discard("c1")  # purged: as a queued write still holds the view
+    store.delete("c1")
+    assert bytes(view) == data
+    with pytest.raises(FileNotFoundError):
+        chunks.view("c1", 0, CHUNK)
+
+
+def test_evicted_chunks_close_their_descriptors(store: ChunkStore) -> None:
+    for i in range(3):
+        store.write(f"c{i}", os.urandom(CHUNK))
+    chunks = OpenChunks(store.open, max_open=2)
+    views = [chunks.view(f"c{i}", 0, 10) for i in range(3)]
+    assert len(chunks) == 2
+    assert all(len(v) == 10 for v in views)  # the evicted one's map stays while viewed
+
+
+def test_sending_a_view_of_a_file_that_shrank_fails_the_write_not_the_process(
+    tmp_path: Path,
+) -> None:
+    # Why views only go to plain sockets: the kernel reading a page past the new end
+    # of file fails the send (EFAULT); Python reading it would die of SIGBUS.
+    path = tmp_path / "chunk"
+    path.write_bytes(os.urandom(1 << 20))
+    script = textwrap.dedent(f"""
+        import errno, os, socket, sys
+        sys.path.insert(0, {os.getcwd()!r})
+        from spoke.fds import OpenChunks
+        chunks = OpenChunks(lambda name: os.open({str(path)!r}, os.O_RDONLY))
+        view = chunks.view("chunk", 512 << 10, (512 << 10) + 65536)
+        os.truncate({str(path)!r}, 4096)
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        try:
+            a.send(view)
+        except OSError as exc:
+            print("send failed", errno.errorcode[exc.errno])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "send failed EFAULT"
+
+
+def _manifest(size: int) -> Manifest:
+    return Manifest(path="d/obj", size=size, etag='"v1"', chunk_size=CHUNK,
+                    digest_alg="xxh3-128", digests=tuple(b"\0" * 16 for _ in range(
+                        -(-size // CHUNK))), mtime=0.0)
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_a_batch_body_is_views_of_the_chunk_files_only_when_zero_copy(
+    store: ChunkStore, zero_copy: bool
+) -> None:
+    manifest = _manifest(3 * CHUNK)
+    data = os.urandom(3 * CHUNK)
+    mirror = Mirror(store)
+    for index in range(3):
+        name = chunk_name(manifest_version(manifest), index)
+        store.write(name, data[index * CHUNK:(index + 1) * CHUNK])
+        mirror.names.add(name)
+    ranges = [(10, 99), (CHUNK - 5, CHUNK + 4), (2 * CHUNK + 7, 2 * CHUNK + 7)]
+    header = "bytes=" + ",".join(f"{a}-{b}" for a, b in ranges)
+    plan = plan_response("GET", {"Range": header}, representation(manifest, "d/obj"), "B")
+    body = read_cached_body(mirror, manifest, plan, zero_copy=zero_copy)
+    assert body is not None
+    expected = b"".join(p if isinstance(p, bytes) else data[p.start:p.stop] for p in plan.body)
+    assert b"".join(bytes(p) for p in body) == expected
+    separators = [p for p in plan.body if isinstance(p, bytes)]
+    read = [p for p in body if not any(p is s for s in separators)]
+    assert len(read) == 4  # one per chunk slice: the middle range spans two chunks
+    assert all(isinstance(p, memoryview) for p in read) is zero_copy
+    assert sum(mirror.hits.values()) == 4
+
+
+def test_a_batch_of_a_chunk_gone_from_disk_is_chunk_gone(store: ChunkStore) -> None:
+    manifest = _manifest(CHUNK)
+    mirror = Mirror(store)
+    mirror.names.add(chunk_name(manifest_version(manifest), 0))  # told, but no file
+    plan = plan_response("GET", {"Range": "bytes=0-9,20-29"},
+                         representation(manifest, "d/obj"), "B")
+    with pytest.raises(ChunkGone):
+        read_cached_body(mirror, manifest, plan, zero_copy=True)
+    assert not mirror.names
