@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import ssl
 import sys
@@ -24,6 +25,9 @@ from service import limits
 
 logger = logging.getLogger(__name__)
 
+# The soft open files limit when the hard one is unlimited: the kernel's default
+# ceiling (fs.nr_open).
+MAX_OPEN_FILES = 1 << 20
 # Long enough for a 4 MiB chunk to finish on a slow link, short enough that a
 # stop does not hang on a stalled client.
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -80,8 +84,29 @@ async def serve_forever(
     logger.info("stopped")
 
 
+def raise_open_file_limit() -> int:
+    """Lift the soft limit on open files to the hard one; returns the soft limit now.
+
+    Every connection is a descriptor, and so is each chunk file a spoke keeps open,
+    twice over once it is mapped for batch reads (the map holds a duplicate): at the
+    usual soft limit of 1,024, a spoke serving a few hundred loaders would run out.
+    The hard limit is the operator's ceiling; going up to it needs no privilege.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else MAX_OPEN_FILES
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:  # e.g. above the kernel's nr_open
+            logger.warning("could not raise the open files limit to %d: %s", target, exc)
+    return soft
+
+
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run ``main`` on uvloop when available (the project's chosen loop)."""
+    """Run ``main`` on uvloop when available (the project's chosen loop), with the open
+    files limit raised (:func:`raise_open_file_limit`)."""
+    raise_open_file_limit()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX

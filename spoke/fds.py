@@ -14,7 +14,9 @@ went from 38.0k to 49.5k samples/s. The views are only ever handed to a plain TC
 transport, so only the kernel reads the mapped bytes: a file that shrank under
 the map, or a disk error, fails that write (EFAULT, the connection is cut) where
 Python touching such a page would be killed by SIGBUS. Chunk files are never
-rewritten in place, so a view always holds the bytes that were verified.
+rewritten in place, so a view always holds the bytes that were verified. A map
+keeps its own duplicate of the descriptor, so a mapped chunk holds two (servers
+lift their open files limit at start: :func:`service.runner.raise_open_file_limit`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import urllib.request
 from collections.abc import AsyncIterator
@@ -208,6 +209,44 @@ async def test_reader_workers_stop_with_the_spoke(hub: RunningServer, tmp_path: 
     for pid in readers:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def open_files_limit(pid: int) -> tuple[str, str]:
+    """The soft and hard "Max open files" of process ``pid``."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return soft, hard
+    raise AssertionError(f"no open files limit for {pid}")
+
+
+async def test_the_spoke_and_its_readers_lift_their_open_files_limit(
+    hub: RunningServer, tmp_path: Path
+) -> None:
+    # Started under a low soft limit (children inherit it), every process of the spoke
+    # raises it to the hard one: connections, open chunks and their maps all need fds.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = 512
+    if hard != resource.RLIM_INFINITY and hard <= low:
+        pytest.skip(f"this machine's hard open files limit ({hard}) leaves nothing to raise")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        spoke = await asyncio.to_thread(start_process, "spoke", [
+            "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+            "--workers", "2",
+        ])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        pids = process_tree(spoke.pid)
+        assert len(pids) == 2
+        expected = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+        for pid in pids:
+            got_soft, got_hard = open_files_limit(pid)
+            assert got_hard == expected
+            assert got_soft == (str(1 << 20) if expected == "unlimited" else expected)
+    finally:
+        await asyncio.to_thread(spoke.stop)
 
 
 async def test_after_a_restart_readers_ask_the_owner_what_they_do_not_know(

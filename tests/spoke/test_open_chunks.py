@@ -23,6 +23,7 @@ from spoke.reader_worker import Mirror
 from spoke.store import ChunkStore
 
 CHUNK = 64 << 10
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -63,13 +64,19 @@ def test_a_view_outlives_the_discard_and_the_deletion_of_its_chunk(store: ChunkS
         chunks.view("c1", 0, CHUNK)
 
 
-def test_evicted_chunks_close_their_descriptors(store: ChunkStore) -> None:
-    for i in range(3):
-        store.write(f"c{i}", os.urandom(CHUNK))
+def test_an_evicted_chunk_closes_its_descriptor_and_keeps_its_views(
+    store: ChunkStore,
+) -> None:
+    data = [os.urandom(CHUNK) for _ in range(3)]
+    for i, chunk in enumerate(data):
+        store.write(f"c{i}", chunk)
     chunks = OpenChunks(store.open, max_open=2)
+    first_fd = chunks.fd("c0", CHUNK)
     views = [chunks.view(f"c{i}", 0, 10) for i in range(3)]
     assert len(chunks) == 2
-    assert all(len(v) == 10 for v in views)  # the evicted one's map stays while viewed
+    with pytest.raises(OSError):
+        os.fstat(first_fd)  # c0 was the least recently used: closed
+    assert [bytes(v) for v in views] == [chunk[:10] for chunk in data]
 
 
 def test_sending_a_view_of_a_file_that_shrank_fails_the_write_not_the_process(
@@ -81,7 +88,7 @@ def test_sending_a_view_of_a_file_that_shrank_fails_the_write_not_the_process(
     path.write_bytes(os.urandom(1 << 20))
     script = textwrap.dedent(f"""
         import errno, os, socket, sys
-        sys.path.insert(0, {os.getcwd()!r})
+        sys.path.insert(0, {str(REPO)!r})
         from spoke.fds import OpenChunks
         chunks = OpenChunks(lambda name: os.open({str(path)!r}, os.O_RDONLY))
         view = chunks.view("chunk", 512 << 10, (512 << 10) + 65536)
