@@ -363,13 +363,7 @@ class ChunkCache:
         """:meth:`read_hit`'s bytes as a view of the chunk's mapped file, no copy: only
         for a plain socket's transport (see :mod:`spoke.fds`). Raises ChunkGone (and
         forgets the chunk) when its file is gone or shorter than ``stop``."""
-        try:
-            view = self._fds.view(name, start, stop)
-        except FileNotFoundError:
-            self._forget(name)
-            raise ChunkGone(name) from None
-        self._count_hit(name)
-        return view
+        return self._file_hit(name, self._fds.view, name, start, stop)
 
     def count_hits_elsewhere(self, hits: dict[str, int], served_bytes: int) -> None:
         """Hits a reader worker answered from this cache's files: counted, and
@@ -389,13 +383,18 @@ class ChunkCache:
         """Resident chunk ``name``'s open descriptor, counted as a loader's hit; valid
         within the calling callback (see :meth:`OpenChunks.fd`). Raises ChunkGone (and
         forgets the chunk) when its file is gone or shorter than ``need_bytes``."""
+        return self._file_hit(name, self._fds.fd, name, need_bytes)
+
+    def _file_hit(self, name: str, get: Callable[..., T], *args: Any) -> T:
+        """``get(*args)`` on resident chunk ``name``'s file, counted as a loader's hit;
+        ChunkGone, the chunk forgotten, when ``get`` finds the file gone or torn."""
         try:
-            fd = self._fds.fd(name, need_bytes)
+            got = get(*args)
         except FileNotFoundError:
             self._forget(name)
             raise ChunkGone(name) from None
         self._count_hit(name)
-        return fd
+        return got
 
     def forget(self, name: str) -> None:
         """Chunk ``name``'s file turned out unusable: the next read fetches it again."""

@@ -97,6 +97,5 @@ class OpenChunks:
 
 def _close(entry: _Open) -> None:
     # The map is not closed here: views of it may still wait in a transport. It is
-    # unmapped when the last of them is gone.
+    # unmapped when the entry and the last of them are gone.
     os.close(entry.fd)
-    entry.mapped = None

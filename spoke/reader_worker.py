@@ -13,8 +13,8 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
@@ -31,6 +31,7 @@ from spoke.plain import OBJECTS, PlainReads
 from spoke.stats import READ_LATENCY_BUCKETS_S
 from spoke.store import ChunkStore
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 0.05
@@ -118,35 +119,28 @@ class Mirror:
         return data
 
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
-        try:
-            view = self._fds.view(name, start, stop)
-        except FileNotFoundError:  # evicted, or torn: the owner will say so, or answer
-            self.names.discard(name)
-            raise ChunkGone(name) from None
-        self.hits[name] = self.hits.get(name, 0) + 1
-        return view
+        return self._file_hit(name, self._fds.view, name, start, stop)
 
     def forget(self, name: str) -> None:
         self.names.discard(name)  # the owner finds out when it reads it, or answers
         self._fds.discard(name)
 
     def fd_hit(self, name: str, need_bytes: int) -> int:
-        try:
-            fd = self._fds.fd(name, need_bytes)
-        except FileNotFoundError:
-            self.names.discard(name)
-            raise ChunkGone(name) from None
-        self.hits[name] = self.hits.get(name, 0) + 1
-        return fd
+        return self._file_hit(name, self._fds.fd, name, need_bytes)
 
     def open_hit(self, name: str, need_bytes: int) -> int:
+        return self._file_hit(name, self.store.open_holding, name, need_bytes)
+
+    def _file_hit(self, name: str, get: Callable[..., T], *args: Any) -> T:
+        """``get(*args)`` on chunk ``name``'s file, counted as a hit; ChunkGone, the chunk
+        forgotten here (the owner will say so, or answer), when the file is gone or torn."""
         try:
-            fd = self.store.open_holding(name, need_bytes)
+            got = get(*args)
         except FileNotFoundError:
             self.names.discard(name)
             raise ChunkGone(name) from None
         self.hits[name] = self.hits.get(name, 0) + 1
-        return fd
+        return got
 
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)

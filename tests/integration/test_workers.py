@@ -226,9 +226,8 @@ async def test_the_spoke_and_its_readers_lift_their_open_files_limit(
     # Started under a low soft limit (children inherit it), every process of the spoke
     # raises it to the hard one: connections, open chunks and their maps all need fds.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    low = 512
-    if hard != resource.RLIM_INFINITY and hard <= low:
-        pytest.skip(f"this machine's hard open files limit ({hard}) leaves nothing to raise")
+    # Below the hard limit, whatever it is here, so there is always something to raise.
+    low = 512 if hard == resource.RLIM_INFINITY else min(512, hard // 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
     try:
         spoke = await asyncio.to_thread(start_process, "spoke", [
