@@ -61,6 +61,21 @@ def parse_range(header: str, size: int) -> list[ByteRange] | None:
     return ranges
 
 
+def first_byte_wanted(header: str | None) -> int | None:
+    """The offset an answer to a ``Range`` header (or its absence) starts at, if that is
+    known without the object's size: 0 without one, ``first`` for ``bytes=first-...``;
+    None for a suffix range, or a header that does not parse (the size decides both)."""
+    if header is None:
+        return 0
+    try:
+        specs = _parse_specs(header)
+    except TooManyRanges:
+        return None
+    if not specs or specs[0].first is None:
+        return None
+    return specs[0].first
+
+
 def _parse_specs(header: str) -> list[_Spec] | None:
     if len(header) > MAX_RANGE_HEADER_BYTES:
         raise TooManyRanges(f"Range header longer than {MAX_RANGE_HEADER_BYTES} bytes")

@@ -23,7 +23,9 @@ from cachetools import LRUCache
 from protocol.chunks import chunk_bounds
 from protocol.digests import digest
 from protocol.manifest import Manifest, decode_manifest
+from protocol.ranges import ByteRange
 from service.metrics import Histogram
+from spoke.ahead import KEPT_S, Ahead
 from spoke.errors import (
     ChunkCorrupt,
     HubError,
@@ -39,7 +41,13 @@ from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey, chunk_name, manifest_version
 from spoke.policy import EvictionPolicy
 from spoke.resident import Resident, ResidentSet, covers
-from spoke.resilience import CircuitBreaker, RetryCounters, RetryPolicy, call_with_retries
+from spoke.resilience import (
+    CLOSED,
+    CircuitBreaker,
+    RetryCounters,
+    RetryPolicy,
+    call_with_retries,
+)
 from spoke.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
@@ -170,6 +178,10 @@ class ChunkCache:
         self._accesses: dict[str, float] = {}
         self._fds = OpenChunks(self.store.open)
         self._flusher: asyncio.Task[None] | None = None
+        # First chunks asked for alongside their objects' manifests (spoke.ahead), by
+        # path; and the hub's chunk size, as its latest manifest had it.
+        self._ahead: dict[str, Ahead] = {}
+        self._hub_chunk_size: int | None = None
 
     # -- life cycle ---------------------------------------------------------
 
@@ -295,6 +307,10 @@ class ChunkCache:
                 raise
             return stale, True
         self._meta[path] = manifest
+        self._hub_chunk_size = manifest.chunk_size
+        ahead = self._ahead.get(path)
+        if ahead is not None and ahead.bounds_in(manifest) is None:
+            self.drop_ahead(ahead)  # another version or chunk size: of no use
         if self.watcher is not None:
             self.watcher.manifest_fresh(path, manifest, time.monotonic() + self._meta.ttl_s)
         if self._known.get(path) != manifest:
@@ -513,9 +529,12 @@ class ChunkCache:
                 self._fetch_slots.promote(running.claim)
             return running.fill, running.task, True
         length = chunk_bounds(key.index, manifest.size, manifest.chunk_size).length
-        fill, claim = Filling(length, self._buffers), SlotClaim(background)
+        ahead = self._take_ahead(key, manifest)
+        fill = Filling(length, self._buffers) if ahead is None else ahead.fill
+        head_start = None if ahead is None else ahead.task
+        claim = SlotClaim(background)
         task, _ = self._chunk_flights.begin(
-            key.name, lambda: self._fill(key, manifest, tenant, fill, claim)
+            key.name, lambda: self._fill(key, manifest, tenant, fill, claim, head_start)
         )
         self._fills[key.name] = _Flight(key, fill, claim, task)
         task.add_done_callback(lambda _: self._fill_ended(key.name, fill))
@@ -528,6 +547,62 @@ class ChunkCache:
             self._unwanted.discard(name)
         # A reader still waiting (the flight was cancelled) must not wait forever.
         fill.fail(HubUnavailable("the chunk fetch was stopped"))
+
+    def fetch_ahead(self, path: str, offset: int | None) -> Ahead | None:
+        """Ask the hub for the chunk at ``offset`` of ``path`` now, while its manifest is
+        being asked for (:mod:`spoke.ahead`); the flight of that chunk takes it on.
+
+        Only for an object the spoke holds nothing of (no manifest, no chunk: what it
+        holds may make the fetch needless) once the hub's chunk size is known, while the
+        hub answers (the circuit breaker is closed), and at most as many at once as
+        there are fetch slots. The caller drops it
+        (:meth:`drop_ahead`) when its read is over: one no flight took on is cancelled.
+        One nobody drops is dropped :data:`spoke.ahead.KEPT_S` after it ended.
+        """
+        chunk_size = self._hub_chunk_size
+        if offset is None or chunk_size is None or path in self._ahead or \
+                path in self._known or self._resident.holds_any_of(path) or \
+                len(self._ahead) >= self._fetch_slots.capacity or \
+                self.breaker.state != CLOSED:  # the hub is failing: no fetch on a guess
+            return None
+        start = offset - offset % chunk_size
+        ahead = Ahead(path, ByteRange(start, start + chunk_size),
+                      Filling(chunk_size, self._buffers))
+        ahead.task = asyncio.create_task(self._run_ahead(ahead))
+        ahead.task.add_done_callback(_retrieve)
+        ahead.task.add_done_callback(lambda _: asyncio.get_running_loop().call_later(
+            KEPT_S, self.drop_ahead, ahead))
+        self._ahead[path] = ahead
+        self.stats.early_fetches += 1
+        return ahead
+
+    def drop_ahead(self, ahead: Ahead | None) -> None:
+        if ahead is not None and self._ahead.get(ahead.path) is ahead:
+            del self._ahead[ahead.path]
+            if ahead.task is not None:
+                ahead.task.cancel()
+
+    async def _run_ahead(self, ahead: Ahead) -> None:
+        async with self._fetch_slots.slot(claim=SlotClaim(False)):
+            started = time.perf_counter()
+            try:
+                await self.hub.fetch_into(ahead.path, None, ahead.asked, ahead.fill, ahead.on_head)
+            finally:
+                self.fetch_latency.observe(time.perf_counter() - started)
+        self.stats.hub_fetches += 1
+        self.stats.hub_bytes += ahead.fill.length
+
+    def _take_ahead(self, key: ChunkKey, manifest: Manifest) -> Ahead | None:
+        """The fetch ahead that is exactly chunk ``key``, taken on by its flight."""
+        ahead = self._ahead.get(key.path)
+        bounds = None if ahead is None else ahead.bounds_in(manifest)
+        if ahead is None or bounds is None or \
+                bounds != chunk_bounds(key.index, manifest.size, manifest.chunk_size):
+            return None
+        del self._ahead[key.path]
+        ahead.take_on(manifest, bounds)
+        self.stats.early_fetches_used += 1
+        return ahead
 
     def worth_prefetching(self, manifest: Manifest, index: int) -> bool:
         """Whether a prefetched chunk would be kept: room is free, or the policy would
@@ -578,10 +653,12 @@ class ChunkCache:
         return data
 
     async def _fill(
-        self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling, claim: SlotClaim
+        self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling, claim: SlotClaim,
+        head_start: asyncio.Task[None] | None = None,
     ) -> None:
-        """Fetch the chunk into ``fill``, verify it, hand the verdict to its readers,
-        then store it: readers never wait on the disk for their bytes."""
+        """Fetch the chunk into ``fill`` (``head_start``: a fetch ahead already bringing
+        it), verify it, hand the verdict to its readers, then store it: readers never
+        wait on the disk for their bytes."""
         name = key.name
         try:
             if name in self._resident:  # filled by a flight that ended after our lookup
@@ -592,7 +669,7 @@ class ChunkCache:
             # Fetch and verify before making room: a fill that fails (hub down) must not
             # have evicted anything, and a fetch waiting on the WAN holds no reservation.
             # (Found by the soak: outages used to cost cached chunks.)
-            await self._fetch(key, manifest, fill, claim)
+            await self._fetch(key, manifest, fill, claim, head_start)
         except BaseException as exc:
             fill.fail(exc if isinstance(exc, Exception) else HubUnavailable("fetch stopped"))
             raise
@@ -620,9 +697,11 @@ class ChunkCache:
                 self._release(tenant, fill.length)
 
     async def _fetch(
-        self, key: ChunkKey, manifest: Manifest, fill: Filling, claim: SlotClaim
+        self, key: ChunkKey, manifest: Manifest, fill: Filling, claim: SlotClaim,
+        head_start: asyncio.Task[None] | None = None,
     ) -> None:
-        """Fetch one chunk into ``fill`` and verify it, with retries.
+        """Fetch one chunk into ``fill`` and verify it, with retries; the first attempt
+        is ``head_start``, a fetch ahead, when there is one.
 
         An attempt that fails starts over only while no reader has taken bytes of
         it; after that the failure is final (those readers' answers get cut).
@@ -630,6 +709,17 @@ class ChunkCache:
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
 
         async def attempt() -> None:
+            nonlocal head_start
+            if head_start is not None:
+                ahead, head_start = head_start, None
+                try:
+                    await ahead
+                    await self._verify(manifest, key.index, fill.view)
+                except HubError as exc:
+                    if fill.handed_out:
+                        exc.retryable = False  # readers have bytes of this attempt
+                    raise
+                return
             fill.restart()
             try:
                 await self._storing.room()

@@ -104,6 +104,8 @@ class FastObjectReads:
         self, reads: ObjectReads, conn: FastConnection, head: RequestHead, path: str,
         tenant: str, started: float, prepared: Prepared | None, manifest: Manifest | None,
     ) -> Reply:
+        early = None if manifest is not None else \
+            reads.fetch_early(head.method, head.headers, path)
         try:
             try:
                 reply = await _serve(reads, conn, head, path, tenant, prepared, manifest)
@@ -115,6 +117,7 @@ class FastObjectReads:
         except ProtocolError as exc:
             return _problem(conn, head, exc)
         finally:
+            reads.cache.drop_ahead(early)  # a no-op once a chunk flight took it on
             limit = self.app.get(LIMIT)
             if limit is not None:
                 limit.release(conn.client)

@@ -163,6 +163,14 @@ class Filling:
             raise RuntimeError("a handed-out fill cannot start over")
         self.received = 0
 
+    def shorten(self, length: int) -> None:
+        """Make the chunk ``length`` bytes, before any arrived: a chunk fetched before
+        its object's size was known, which turned out to end inside it."""
+        if self.received or self.handed_out or not 0 < length <= self.length:
+            raise ValueError(f"cannot make a {self.length}-byte fill {length} bytes now")
+        self.length = length
+        self.view = self.view[:length]
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         end = self.received + len(data)
         if end > self.length:

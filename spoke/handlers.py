@@ -39,6 +39,7 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 async def get_object(request: web.Request) -> web.StreamResponse:
     path = validate_path(request.match_info["path"])
     cache = request.app[CACHE]
+    early = request.app[READS].fetch_early(request.method, request.headers, path)
     try:
         return await _serve(request, path, *await cache.manifest(path))
     except VersionChanged:
@@ -46,6 +47,8 @@ async def get_object(request: web.Request) -> web.StreamResponse:
         # new version from the start rather than splicing two.
         cache.invalidate(path)
         return await _serve(request, path, *await cache.manifest(path))
+    finally:
+        cache.drop_ahead(early)  # a no-op once a chunk flight took it on
 
 
 async def _serve(

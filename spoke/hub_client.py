@@ -63,6 +63,10 @@ class BodyTarget(Protocol):
     def advance(self, nbytes: int) -> None: ...
 
 
+# Told an answer's ETag and range before its body (see HubClient.fetch_into).
+HeadCheck = Callable[[str, ByteRange], None]
+
+
 class _NotForUs(Exception):
     """The hub answered in a way the chunk connection does not read (e.g. chunked)."""
 
@@ -208,19 +212,29 @@ class HubClient:
                 f"hub sent {r.length - wanted} bytes of {path} for a {r.length}-byte range"
             )
 
-    async def fetch_into(self, path: str, etag: str, r: ByteRange, target: BodyTarget) -> None:
+    async def fetch_into(
+        self, path: str, etag: str | None, r: ByteRange, target: BodyTarget,
+        on_head: HeadCheck | None = None,
+    ) -> None:
         """Receive bytes ``r`` of version ``etag`` of ``path`` straight into ``target``.
 
         Exactly ``r.length`` bytes in order, or an error, possibly after some of them
         (a connection that breaks mid-body raises :class:`HubUnavailable`, one that
         stalls for the read timeout :class:`HubTimeout`). An answer this path does not
         read (not a plain 206, e.g. a hub that ignores Range) is read through aiohttp.
+
+        ``etag`` None asks for whatever version the hub has (a fetch made before the
+        manifest is known): the answer may then end short of ``r`` where the object
+        does, and ``on_head(etag, got)`` hears its version and range before any of its
+        bytes reach ``target``, and may raise to refuse them.
         """
         if self._scheme not in ("http", "https"):
             raise HubUnavailable(f"cannot reach the hub: unsupported URL {self.base_url!r}")
         url = self._url("objects", path)
         target_path = f"{self._base_path}/objects/{quote(path, safe='/')}"
-        headers = {"Range": range_header(r), "If-Match": etag, **self._headers}
+        headers = {"Range": range_header(r), **self._headers}
+        if etag is not None:
+            headers["If-Match"] = etag
         rid = request_id.get()
         if rid != "-":  # forward the loader's request id so both logs tie up
             headers[REQUEST_ID_HEADER] = rid
@@ -228,7 +242,8 @@ class HubClient:
         for fresh in (False, True):
             conn = await self._connection(url, fresh=fresh)
             try:
-                await conn.fetch(request, r, path, etag, target, self._read_timeout_s, url)
+                await conn.fetch(
+                    request, r, path, etag, target, self._read_timeout_s, url, on_head)
             except _StaleConnection:
                 if fresh:
                     raise HubUnavailable("the hub closed the connection without answering") \
@@ -239,6 +254,8 @@ class HubClient:
             finally:
                 self._release(conn)
             return
+        if etag is None:  # aiohttp's way needs the version to ask for
+            raise BadGateway(f"hub's answer for {path} is not a plain 206")
         await self.stream_range(path, etag, r, _feeder(target))
 
     async def _connection(self, url: str, *, fresh: bool) -> _ChunkConnection:
@@ -335,6 +352,19 @@ def _check_range_value(value: str, r: ByteRange, path: str) -> None:
         raise BadGateway(f"hub answered {value!r} for bytes {r.start}-{r.stop - 1} of {path}")
 
 
+def _answered_range(value: str, r: ByteRange, path: str) -> ByteRange:
+    """The range a 206 carries for ``r`` asked of an object of unknown size: ``r``, or
+    its start up to where the object ends."""
+    unit, _, spec = value.partition(" ")
+    first, _, rest = spec.partition("-")
+    last, _, total = rest.partition("/")
+    if unit == "bytes" and first.isdigit() and last.isdigit() and total.isdigit():
+        start, stop = int(first), int(last) + 1
+        if start == r.start < stop == min(r.stop, int(total)):
+            return ByteRange(start, stop)
+    raise BadGateway(f"hub answered {value!r} for bytes {r.start}-{r.stop - 1} of {path}")
+
+
 def _request_bytes(target: str, host: str, headers: dict[str, str]) -> bytes:
     lines = [f"GET {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
@@ -380,7 +410,8 @@ class _ChunkConnection(asyncio.BufferedProtocol):
         self._lost = False
         self._range = ByteRange(0, 0)
         self._path = ""
-        self._etag = ""
+        self._etag: str | None = ""
+        self._on_head: HeadCheck | None = None
 
     # -- asyncio.BufferedProtocol ------------------------------------------
 
@@ -442,13 +473,14 @@ class _ChunkConnection(asyncio.BufferedProtocol):
             self.transport.abort()
 
     async def fetch(
-        self, request: bytes, r: ByteRange, path: str, etag: str, target: BodyTarget,
-        read_timeout_s: float, url: str,
+        self, request: bytes, r: ByteRange, path: str, etag: str | None, target: BodyTarget,
+        read_timeout_s: float, url: str, on_head: HeadCheck | None = None,
     ) -> None:
         assert self.transport is not None
         self.reusable = False
         self._phase, self._head_len, self._got_bytes = "head", 0, False
         self._target, self._range, self._path, self._etag = target, r, path, etag
+        self._on_head = on_head
         self._done = self._loop.create_future()
         self._progress_at = self._loop.time()
         self._timer = self._loop.call_later(read_timeout_s, self._check_stall, read_timeout_s)
@@ -514,12 +546,21 @@ class _ChunkConnection(asyncio.BufferedProtocol):
             self._take_error_body(body)
             return
         try:
-            if headers.get("etag") != self._etag:
-                raise VersionChanged(f"{self._path} changed at the hub")
-            _check_range_value(headers.get("content-range", ""), self._range, self._path)
-            if self._remaining != self._range.length:
+            got = self._range
+            if self._etag is None:  # any version: the answer says which, and where it ends
+                etag = headers.get("etag")
+                if not etag:
+                    raise BadGateway(f"hub sent no ETag for {self._path}")
+                got = _answered_range(headers.get("content-range", ""), got, self._path)
+                if self._on_head is not None:
+                    self._on_head(etag, got)
+            else:
+                if headers.get("etag") != self._etag:
+                    raise VersionChanged(f"{self._path} changed at the hub")
+                _check_range_value(headers.get("content-range", ""), got, self._path)
+            if self._remaining != got.length:
                 raise BadGateway(f"hub sent {self._remaining} bytes of {self._path} for a "
-                                 f"{self._range.length}-byte range")
+                                 f"{got.length}-byte range")
         except Exception as exc:
             self._fail(exc)
             return

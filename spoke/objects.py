@@ -16,6 +16,7 @@ from protocol.manifest import Manifest
 from protocol.media import content_type_for
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.metrics import Histogram
+from spoke.ahead import Ahead, early_offset
 from spoke.cache import ChunkCache
 from spoke.keys import chunk_name, manifest_version
 from spoke.plans import PLAN_HEADER, PlanRegistry
@@ -73,6 +74,15 @@ class ObjectReads:
         self.readahead = readahead
         self.readahead_chunks = readahead_chunks
         self.latency = latency
+
+    def fetch_early(self, method: str, headers: Mapping[str, str], path: str) -> Ahead | None:
+        """For a read of an object not known yet, start the fetch of the chunk it starts
+        in alongside its manifest's (:meth:`ChunkCache.fetch_ahead`, for reads
+        :func:`spoke.ahead.early_offset` allows); the caller drops it
+        (:meth:`ChunkCache.drop_ahead`) when the read is over."""
+        if self.cache.fresh_manifest(path) is not None:
+            return None
+        return self.cache.fetch_ahead(path, early_offset(method, headers))
 
     def prepare(
         self, method: str, headers: Mapping[str, str], path: str, manifest: Manifest,

@@ -23,6 +23,7 @@ from protocol.ranges import ByteRange
 from service.fast import FastConnection, FastServer, Reply
 from service.limits import AIOHTTP_KEEPALIVE_S, ConnectionLimits
 from service.metrics import Histogram
+from spoke.ahead import early_offset
 from spoke.cache import ChunkGone
 from spoke.channel import Channel
 from spoke.config import SpokeConfig
@@ -86,12 +87,17 @@ class Mirror:
             return None
         return item[0]
 
-    async def ask(self, path: str, channel: Channel) -> Manifest | None:
-        """``path``'s manifest, asked of the owner (which may ask the hub), or None."""
+    async def ask(
+        self, path: str, channel: Channel, offset: int | None = None
+    ) -> Manifest | None:
+        """``path``'s manifest, asked of the owner (which may ask the hub), or None.
+        ``offset``: where the read wanting it starts, for the owner to fetch that
+        chunk alongside the manifest if it holds nothing of the object
+        (:mod:`spoke.ahead`); the read comes to the owner then."""
         asked = self._asked.get(path)
         if asked is None:
             asked = self._asked[path] = asyncio.get_running_loop().create_future()
-            channel.send(["want", path])
+            channel.send(["want", path, offset])
         try:
             await asyncio.wait_for(asyncio.shield(asked), MANIFEST_WAIT_S)
         except TimeoutError:
@@ -195,7 +201,8 @@ class ReaderReads:
     async def _once_known(
         self, head: RequestHead, conn: FastConnection, path: str, started: float
     ) -> Reply | None:
-        manifest = await self.mirror.ask(path, self.channel)
+        offset = early_offset(head.method, head.headers)
+        manifest = await self.mirror.ask(path, self.channel, offset)
         if manifest is None:
             return None
         reply = self._answer(head, conn, path, manifest, started)

@@ -28,6 +28,7 @@ class ResidentSet:
         # Each tenant's chunks, least recently read first: a tenant over its quota
         # makes room among its own.
         self._by_tenant: dict[str, OrderedDict[str, None]] = {}
+        self._per_path: dict[str, int] = {}  # chunks held of each object
 
     def __contains__(self, name: object) -> bool:
         return name in self._chunks
@@ -46,6 +47,7 @@ class ResidentSet:
             self.tenant_bytes.get(resident.tenant, 0) + resident.size
         )
         self._by_tenant.setdefault(resident.tenant, OrderedDict())[name] = None
+        self._per_path[resident.path] = self._per_path.get(resident.path, 0) + 1
 
     def remove(self, name: str) -> Resident | None:
         resident = self._chunks.pop(name, None)
@@ -59,7 +61,14 @@ class ResidentSet:
             self.tenant_bytes[resident.tenant] = left
         else:
             del self.tenant_bytes[resident.tenant], self._by_tenant[resident.tenant]
+        held = self._per_path.pop(resident.path) - 1
+        if held:
+            self._per_path[resident.path] = held
         return resident
+
+    def holds_any_of(self, path: str) -> bool:
+        """Whether any chunk of object ``path`` (of any version) is on disk."""
+        return path in self._per_path
 
     def touched(self, name: str) -> None:
         resident = self._chunks.get(name)

@@ -38,6 +38,8 @@ class SpokeStats:
     stale_responses: int = 0  # responses answered with stale metadata (hub unreachable)
     prefetched_chunks: int = 0  # chunks fetched ahead of readers (pre-warm, read-ahead)
     prefetch_used: int = 0  # of those, chunks a loader read afterwards
+    early_fetches: int = 0  # first chunks asked for alongside their object's manifest
+    early_fetches_used: int = 0  # of those, fetches that brought their chunk in
     bytes_served_hit: int = 0  # object bytes sent to loaders from cached chunks
     bytes_served_miss: int = 0  # object bytes sent to loaders that had to cross the WAN
 
@@ -69,6 +71,10 @@ _METRICS: dict[str, tuple[str, str, str]] = {
                           "chunks fetched ahead of readers (pre-warm, read-ahead)"),
     "prefetch_used": ("spoke_prefetch_used_total", "counter",
                       "prefetched chunks that a loader read afterwards"),
+    "early_fetches": ("spoke_early_fetches_total", "counter",
+                      "first chunks asked of the hub alongside their object's manifest"),
+    "early_fetches_used": ("spoke_early_fetches_used_total", "counter",
+                           "early fetches that brought their chunk in"),
     "bytes_served_hit": ("spoke_served_hit_bytes_total", "counter",
                          "bytes sent to loaders from cached chunks"),
     "bytes_served_miss": ("spoke_served_miss_bytes_total", "counter",

@@ -330,3 +330,21 @@ async def test_a_reader_that_dies_is_replaced(workers: Process, dataset: Dataset
     answers = await asyncio.gather(*(exchange(workers, plain) for _ in range(CONNECTIONS)))
     assert {(a[0], a[2]) for [a] in answers} == {(206, data[:100])}
     assert {process_of(a) for [a] in answers} - {owner}  # the new reader serves
+
+
+async def test_a_cold_read_on_either_process_asks_for_its_first_chunk_with_the_manifest(
+    workers: Process, dataset: Dataset
+) -> None:
+    [learned] = await exchange(workers, get("/objects/ds/one-byte.bin"))  # the chunk size
+    assert learned[0] == 200
+    before = await asyncio.to_thread(stats, workers)
+    paths = ["ds/small.bin", "ds/exact.bin", "ds/partial.bin", "other/notes.csv", BIG]
+    answers = await asyncio.gather(*(
+        exchange(workers, get(f"/objects/{path}", "Range: bytes=0-99")) for path in paths))
+    for path, [answer] in zip(paths, answers, strict=True):
+        assert (answer[0], answer[2]) == (206, dataset[1][path][:100])
+    # A reader that knows nothing of the object tells the owner where the read starts,
+    # and the owner's fetch of that chunk goes with the manifest's, as for its own reads.
+    after = await asyncio.to_thread(stats, workers)
+    grew = {k: after[k] - before[k] for k in ("early_fetches", "early_fetches_used", "hub_fetches")}
+    assert grew == {"early_fetches": 5, "early_fetches_used": 5, "hub_fetches": 5}

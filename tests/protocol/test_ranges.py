@@ -10,6 +10,7 @@ from protocol.ranges import (
     MAX_RANGES,
     ByteRange,
     content_range,
+    first_byte_wanted,
     parse_range,
     range_header,
     unsatisfied_content_range,
@@ -214,3 +215,20 @@ def test_range_not_satisfiable_message_names_size() -> None:
     err = RangeNotSatisfiable(1234)
     assert err.size == 1234
     assert "1234" in str(err)
+
+
+@pytest.mark.parametrize(("header", "first"), [
+    (None, 0),  # no Range: the whole object, from its first byte
+    ("bytes=5-9", 5),
+    ("bytes=5-", 5),
+    (" bytes = 70000-70099", 70000),
+    ("bytes=10-20,0-5", 10),  # an answer's parts go in the order asked
+    ("bytes=-5", None),  # a suffix: where it starts depends on the size
+    ("bytes=abc", None),
+    ("items=1-2", None),
+    ("bytes=" + ",".join(["0-1"] * 1000), None),  # too many ranges: refused later
+])
+def test_first_byte_wanted_is_known_without_the_size_or_not_at_all(
+    header: str | None, first: int | None
+) -> None:
+    assert first_byte_wanted(header) == first
