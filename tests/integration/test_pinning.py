@@ -22,7 +22,11 @@ async def test_a_pinned_prefix_survives_a_scan_that_evicts_everything_else(
             assert await resp.read() == files[path]
     stats = await settled_stats(http, spoke.url)
     assert stats["pinned_bytes"] == 3000 + 1000
-    assert stats["evictions"] > 30 and stats["used_bytes"] <= 10 * CHUNK
+    # The scan's 47 chunks pass through room for ~8: each either evicted one or, finding
+    # none free while others were in flight or being stored, was served uncached. How
+    # they split varies with timing (28-36 evicted in runs of this test); the sum does not.
+    assert stats["evictions"] + stats["uncached_fills"] > 30
+    assert stats["evictions"] > 20 and stats["used_bytes"] <= 10 * CHUNK
     for path in ("other/notes.csv", "ds/small.bin"):
         async with http.get(f"{spoke.url}/objects/{path}") as resp:
             assert resp.headers["X-Cache"] == "HIT"
