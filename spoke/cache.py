@@ -236,6 +236,8 @@ class ChunkCache:
         """Flush access times, let running fills finish briefly, leave no temp files."""
         if self._flusher is not None:
             self._flusher.cancel()
+        for ahead in list(self._ahead.values()):
+            self.drop_ahead(ahead)  # guesses no read took on: not worth waiting for
         await self._chunk_flights.wait_idle(timeout_s=_CLOSE_GRACE_S)
         self._fds.close()
         await self._flush_accesses()
@@ -661,7 +663,9 @@ class ChunkCache:
         wait on the disk for their bytes."""
         name = key.name
         try:
-            if name in self._resident:  # filled by a flight that ended after our lookup
+            # Filled by a flight that ended after our lookup (with a head start, its
+            # bytes are on their way into this fill already: they are used instead).
+            if name in self._resident and head_start is None:
                 loop = asyncio.get_running_loop()
                 fill.feed(await loop.run_in_executor(None, self.store.read, name))
                 fill.finish()
