@@ -36,7 +36,7 @@ from spoke.errors import (
 )
 from spoke.fds import OpenChunks
 from spoke.flight import BufferPool, Filling, SingleFlight
-from spoke.hub_client import HubClient
+from spoke.hub_client import HeadCheck, HubClient
 from spoke.index import ChunkIndex, ChunkRow
 from spoke.keys import ChunkKey, chunk_name, manifest_version
 from spoke.policy import EvictionPolicy
@@ -530,9 +530,9 @@ class ChunkCache:
             if not background:
                 self._fetch_slots.promote(running.claim)
             return running.fill, running.task, True
-        length = chunk_bounds(key.index, manifest.size, manifest.chunk_size).length
-        ahead = self._take_ahead(key, manifest)
-        fill = Filling(length, self._buffers) if ahead is None else ahead.fill
+        bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
+        ahead = self._take_ahead(key.path, manifest, bounds)
+        fill = Filling(bounds.length, self._buffers) if ahead is None else ahead.fill
         head_start = None if ahead is None else ahead.task
         claim = SlotClaim(background)
         task, _ = self._chunk_flights.begin(
@@ -586,22 +586,17 @@ class ChunkCache:
 
     async def _run_ahead(self, ahead: Ahead) -> None:
         async with self._fetch_slots.slot(claim=SlotClaim(False)):
-            started = time.perf_counter()
-            try:
-                await self.hub.fetch_into(ahead.path, None, ahead.asked, ahead.fill, ahead.on_head)
-            finally:
-                self.fetch_latency.observe(time.perf_counter() - started)
+            await self._timed_fetch(ahead.path, None, ahead.asked, ahead.fill, ahead.on_head)
         self.stats.hub_fetches += 1
         self.stats.hub_bytes += ahead.fill.length
 
-    def _take_ahead(self, key: ChunkKey, manifest: Manifest) -> Ahead | None:
-        """The fetch ahead that is exactly chunk ``key``, taken on by its flight."""
-        ahead = self._ahead.get(key.path)
-        bounds = None if ahead is None else ahead.bounds_in(manifest)
-        if ahead is None or bounds is None or \
-                bounds != chunk_bounds(key.index, manifest.size, manifest.chunk_size):
+    def _take_ahead(self, path: str, manifest: Manifest, bounds: ByteRange) -> Ahead | None:
+        """The fetch ahead that is exactly the chunk of ``manifest`` at ``bounds``,
+        taken on by that chunk's flight."""
+        ahead = self._ahead.get(path)
+        if ahead is None or ahead.bounds_in(manifest) != bounds:
             return None
-        del self._ahead[key.path]
+        del self._ahead[path]
         ahead.take_on(manifest, bounds)
         self.stats.early_fetches_used += 1
         return ahead
@@ -712,30 +707,23 @@ class ChunkCache:
         """
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
 
-        async def attempt() -> None:
+        async def bring() -> None:
+            """This attempt's bytes into ``fill``: the head start's, else its own fetch."""
             nonlocal head_start
             if head_start is not None:
                 ahead, head_start = head_start, None
-                try:
-                    await ahead
-                    await self._verify(manifest, key.index, fill.view)
-                except HubError as exc:
-                    if fill.handed_out:
-                        exc.retryable = False  # readers have bytes of this attempt
-                    raise
+                await ahead
                 return
             fill.restart()
+            await self._storing.room()
+            async with self._fetch_slots.slot(claim=claim):
+                self.stats.hub_fetches += 1
+                await self._timed_fetch(key.path, key.etag, bounds, fill)
+            self.stats.hub_bytes += bounds.length
+
+        async def attempt() -> None:
             try:
-                await self._storing.room()
-                async with self._fetch_slots.slot(claim=claim):
-                    self.stats.hub_fetches += 1
-                    started = time.perf_counter()
-                    try:
-                        await self.hub.fetch_into(key.path, key.etag, bounds, fill)
-                    finally:
-                        # Every attempt, failed ones too: a slow WAN must show here.
-                        self.fetch_latency.observe(time.perf_counter() - started)
-                self.stats.hub_bytes += bounds.length
+                await bring()
                 await self._verify(manifest, key.index, fill.view)
             except HubError as exc:
                 if fill.handed_out:
@@ -751,6 +739,18 @@ class ChunkCache:
         except Exception:
             self.stats.fill_failures += 1
             raise
+
+    async def _timed_fetch(
+        self, path: str, etag: str | None, r: ByteRange, fill: Filling,
+        on_head: HeadCheck | None = None,
+    ) -> None:
+        """:meth:`HubClient.fetch_into`, its time observed whatever the outcome: a slow
+        WAN must show in the fetch latency, failed attempts too."""
+        started = time.perf_counter()
+        try:
+            await self.hub.fetch_into(path, etag, r, fill, on_head)
+        finally:
+            self.fetch_latency.observe(time.perf_counter() - started)
 
     async def _hub_call(self, call: Callable[[], Awaitable[T]]) -> T:
         return await call_with_retries(

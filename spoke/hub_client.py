@@ -342,25 +342,30 @@ def _check_content_range(response: aiohttp.ClientResponse, r: ByteRange, path: s
     _check_range_value(response.headers.get("Content-Range", ""), r, path)
 
 
-def _check_range_value(value: str, r: ByteRange, path: str) -> None:
+def _content_range(value: str) -> tuple[int, int, int | None] | None:
+    """A ``Content-Range: bytes first-last/total`` as (start, stop, total or None for
+    ``*``), or None when it is not one."""
     unit, _, spec = value.partition(" ")
     first, _, rest = spec.partition("-")
-    last = rest.partition("/")[0]
-    if unit != "bytes" or not first.isdigit() or not last.isdigit() or (
-        int(first), int(last) + 1
-    ) != (r.start, r.stop):
+    last, _, total = rest.partition("/")
+    if unit != "bytes" or not first.isdigit() or not last.isdigit():
+        return None
+    return int(first), int(last) + 1, int(total) if total.isdigit() else None
+
+
+def _check_range_value(value: str, r: ByteRange, path: str) -> None:
+    answered = _content_range(value)
+    if answered is None or answered[:2] != (r.start, r.stop):
         raise BadGateway(f"hub answered {value!r} for bytes {r.start}-{r.stop - 1} of {path}")
 
 
 def _answered_range(value: str, r: ByteRange, path: str) -> ByteRange:
     """The range a 206 carries for ``r`` asked of an object of unknown size: ``r``, or
     its start up to where the object ends."""
-    unit, _, spec = value.partition(" ")
-    first, _, rest = spec.partition("-")
-    last, _, total = rest.partition("/")
-    if unit == "bytes" and first.isdigit() and last.isdigit() and total.isdigit():
-        start, stop = int(first), int(last) + 1
-        if start == r.start < stop == min(r.stop, int(total)):
+    answered = _content_range(value)
+    if answered is not None:
+        start, stop, total = answered
+        if total is not None and start == r.start < stop == min(r.stop, total):
             return ByteRange(start, stop)
     raise BadGateway(f"hub answered {value!r} for bytes {r.start}-{r.stop - 1} of {path}")
 

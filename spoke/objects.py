@@ -81,7 +81,7 @@ class ObjectReads:
         :func:`spoke.ahead.early_offset` allows); the caller drops it
         (:meth:`ChunkCache.drop_ahead`) when the read is over."""
         if self.cache.fresh_manifest(path) is not None:
-            return None
+            return None  # the usual case, settled by one lookup before any header is read
         return self.cache.fetch_ahead(path, early_offset(method, headers))
 
     def prepare(

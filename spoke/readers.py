@@ -234,8 +234,8 @@ class ReaderPool:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         elif kind == "want":
-            if len(message) > 2:  # where the read starts: its first chunk goes with it
-                self.cache.fetch_ahead(message[1], message[2])
+            # With where the read starts: its first chunk goes with the manifest.
+            self.cache.fetch_ahead(message[1], message[2])
             self._spawn_task(self._tell_manifest(reader, message[1]))
         elif kind == "ready":
             reader.listening = True
