@@ -197,7 +197,11 @@ def list_response(
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    # The chunk size lets a spoke that has seen no manifest yet ask for an object's
+    # first chunk alongside its manifest (spoke.ahead).
+    return web.json_response(
+        {"status": "ok", "chunk_size": request.app[MANIFESTS].chunk_size}
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

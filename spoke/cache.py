@@ -72,6 +72,10 @@ INLINE_READ_BYTES = 1 << 20
 STALE_AFTER_S = 1.0
 # A stopping spoke gives fills in flight this long to land before it lets them go.
 _CLOSE_GRACE_S = 2.0
+# A starting spoke waits this long for the hub to tell its chunk size (then asks on
+# in the background), so that its first reads are fetched early too, and in the same
+# way from one start to the next; a hub that is down delays the start no longer.
+_SIZING_WAIT_S = 1.0
 # From a LAN-speed hit of the hub's page cache up to a chunk crawling over a sick WAN.
 FETCH_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -178,6 +182,7 @@ class ChunkCache:
         self._accesses: dict[str, float] = {}
         self._fds = OpenChunks(self.store.open)
         self._flusher: asyncio.Task[None] | None = None
+        self._sizing: asyncio.Task[None] | None = None
         # First chunks asked for alongside their objects' manifests (spoke.ahead), by
         # path; and the hub's chunk size, as its latest manifest had it.
         self._ahead: dict[str, Ahead] = {}
@@ -186,7 +191,8 @@ class ChunkCache:
     # -- life cycle ---------------------------------------------------------
 
     async def open(self) -> float:
-        """Load the persisted index and reconcile it with the files; returns seconds taken."""
+        """Load the persisted index and reconcile it with the files; returns seconds taken
+        (not counting the wait for the hub's chunk size, at most :data:`_SIZING_WAIT_S`)."""
         started = time.perf_counter()
         rows, (on_disk, stray), temps = await self._in_db(self._scan)
         stale = [r.name for r in rows if r.name not in on_disk]
@@ -201,12 +207,27 @@ class ChunkCache:
         await self._in_db(self._drop_files, stale + orphans, stale)
         await self._in_db(self._drop_stray, stray)
         self._flusher = asyncio.create_task(self._housekeeping_forever())
+        self._sizing = asyncio.create_task(self._learn_hub_chunk_size())
         took = time.perf_counter() - started
         logger.info(
             "cache opened: %d chunks, %d bytes, %d dropped, %d orphans, %d temp files, %.3f s",
             len(self._resident), self._resident.used_bytes, len(stale), len(orphans), temps, took,
         )
+        await asyncio.wait([self._sizing], timeout=_SIZING_WAIT_S)
         return took
+
+    async def _learn_hub_chunk_size(self) -> None:
+        """Ask the hub its chunk size once, at start, so that the first objects read
+        have their first chunk fetched early too (:meth:`fetch_ahead`), not only those
+        after the first manifest. Best effort: if the hub is down or does not say, the
+        first manifest tells; a manifest that arrived first is newer and wins."""
+        try:
+            size = await self.hub.chunk_size()
+        except HubError as exc:
+            logger.info("the hub's chunk size is not known yet: %s", exc)
+            return
+        if self._hub_chunk_size is None:
+            self._hub_chunk_size = size
 
     def _scan(self) -> tuple[list[ChunkRow], tuple[set[str], list[str]], int]:
         temps = self.store.remove_temp_files()
@@ -234,8 +255,9 @@ class ChunkCache:
 
     async def close(self) -> None:
         """Flush access times, let running fills finish briefly, leave no temp files."""
-        if self._flusher is not None:
-            self._flusher.cancel()
+        for task in (self._flusher, self._sizing):
+            if task is not None:
+                task.cancel()
         for ahead in list(self._ahead.values()):
             self.drop_ahead(ahead)  # guesses no read took on: not worth waiting for
         await self._chunk_flights.wait_idle(timeout_s=_CLOSE_GRACE_S)
@@ -337,6 +359,11 @@ class ChunkCache:
     def tenant_bytes(self) -> dict[str, int]:
         """Bytes cached per tenant (the tenant whose read brought each chunk in)."""
         return dict(self._resident.tenant_bytes)
+
+    @property
+    def hub_chunk_size(self) -> int | None:
+        """The hub's chunk size, from its ``/healthz`` or its latest manifest."""
+        return self._hub_chunk_size
 
     @property
     def fetches_in_flight(self) -> int:
@@ -586,8 +613,8 @@ class ChunkCache:
 
     async def _run_ahead(self, ahead: Ahead) -> None:
         async with self._fetch_slots.slot(claim=SlotClaim(False)):
+            self.stats.hub_fetches += 1  # sent, as a flight's own fetch is counted
             await self._timed_fetch(ahead.path, None, ahead.asked, ahead.fill, ahead.on_head)
-        self.stats.hub_fetches += 1
         self.stats.hub_bytes += ahead.fill.length
 
     def _take_ahead(self, path: str, manifest: Manifest, bounds: ByteRange) -> Ahead | None:

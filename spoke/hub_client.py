@@ -290,6 +290,18 @@ class HubClient:
         else:
             conn.abort()
 
+    async def chunk_size(self) -> int | None:
+        """The chunk size the hub's ``/healthz`` reports; None from a hub that does not."""
+        async with self._get(f"{self.base_url}/healthz", {}) as response:
+            await _expect(response, (200,), "/healthz")
+            body = await response.read()
+        try:
+            size = json.loads(body).get("chunk_size")
+        except (ValueError, AttributeError):
+            return None
+        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 \
+            else None
+
     async def list_objects(self, prefix: str) -> list[tuple[str, int]]:
         """(path, size) of every object under ``prefix`` at the hub."""
         body, _ = await self.fetch_list(prefix, "application/json")

@@ -177,6 +177,7 @@ def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
         hub_retries=cache.retry_counters.retries,
         hub_timeouts=cache.retry_counters.timeouts,
         hub_connections_opened=cache.hub.connections_opened,
+        hub_chunk_size=cache.hub_chunk_size,
         breaker_state=cache.breaker.state,
         breaker_opened=cache.breaker.opened_total,
         breaker_rejected=cache.breaker.rejected_total,

@@ -9,13 +9,19 @@ the other, the chunk would wait for the manifest, which waits for the gate.
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from hub.app import make_app as make_hub_app
+from hub.config import HubConfig
+from service.runner import start_site
+from spoke.config import SpokeConfig
+from spoke.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import GatedBackend, RunningServer, settled_stats
+from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_spoke
 
 Dataset = tuple[Path, dict[str, bytes]]
 WAIT_S = 10.0
@@ -41,8 +47,63 @@ def grew(before: dict[str, Any], after: dict[str, Any], *keys: str) -> tuple[int
 
 
 async def learn_chunk_size(http: aiohttp.ClientSession, spoke: RunningServer) -> None:
-    """The spoke learns the hub's chunk size from the first manifest it fetches."""
-    assert (await read(http, spoke, "ds/one-byte.bin"))[0] == 200
+    """Wait until the spoke knows the hub's chunk size (it asks the hub's /healthz at
+    start, in the background)."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            if (await counts(http, spoke))["hub_chunk_size"] == CHUNK:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_a_fresh_spoke_fetches_its_very_first_read_early(
+    make_spoke: SpokeFactory, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    spoke = await make_spoke()
+    # No manifest seen yet: the chunk size comes from the hub's /healthz.
+    await learn_chunk_size(http, spoke)
+    before = await counts(http, spoke)
+    assert before["manifest_fetches"] == 0
+    data = dataset[1]["ds/big.bin"]
+    assert await read(http, spoke, "ds/big.bin", 10, 109) == (206, data[10:110])
+    after = await counts(http, spoke)
+    assert grew(before, after, "early_fetches", "early_fetches_used", "manifest_fetches") == (
+        1, 1, 1)
+    assert grew(before, after, "hub_fetches")[0] == 1 + grew(
+        before, after, "prefetched_chunks")[0]
+
+
+async def test_a_spoke_that_cannot_reach_the_hub_at_start_learns_the_size_later(
+    dataset: Dataset, tmp_path: Path, http: aiohttp.ClientSession,
+) -> None:
+    with socket.socket() as reserved:  # the hub's address, with nobody listening yet
+        reserved.bind(("127.0.0.1", 0))
+        port = reserved.getsockname()[1]
+    spoke = await start_spoke(SpokeConfig(
+        hub_url=f"http://127.0.0.1:{port}", cache_dir=str(tmp_path / "cache"),
+        capacity_bytes=64 << 20, meta_ttl_s=5.0))
+    hub_runner = None
+    try:
+        # Its question at start is refused; it serves on, not knowing the chunk size.
+        sizing = spoke.app[CACHE]._sizing
+        assert sizing is not None
+        await asyncio.wait_for(asyncio.shield(sizing), WAIT_S)
+        assert (await counts(http, spoke))["hub_chunk_size"] is None
+        hub_runner, _ = await start_site(
+            make_hub_app(HubConfig(root=str(dataset[0]), chunk_size=CHUNK)), "127.0.0.1", port)
+        before = await counts(http, spoke)
+        assert await read(http, spoke, "ds/small.bin") == (200, dataset[1]["ds/small.bin"])
+        # No size, no guess: the first object waited for its manifest ...
+        assert grew(before, await counts(http, spoke), "early_fetches")[0] == 0
+        await learn_chunk_size(http, spoke)  # ... which told the size,
+        before = await counts(http, spoke)
+        assert (await read(http, spoke, "ds/big.bin", 0, 99))[0] == 206
+        # ... so the next new object's first chunk is asked for with its manifest.
+        assert grew(before, await counts(http, spoke), "early_fetches_used")[0] == 1
+    finally:
+        await spoke.stop()
+        if hub_runner is not None:
+            await hub_runner.cleanup()
 
 
 async def test_the_first_chunk_and_the_manifest_are_asked_for_at_once(
@@ -126,7 +187,9 @@ async def test_an_early_fetch_of_a_missing_object_changes_nothing_but_a_request(
     status, body = await read(http, spoke, "ds/missing.bin")
     assert status == 404 and b"not found" in body.lower()
     after = await counts(http, spoke)
-    assert grew(before, after, "early_fetches", "early_fetches_used", "hub_fetches") == (1, 0, 0)
+    # The guess went out (a chunk request, counted as one) and is of no use.
+    assert grew(before, after, "early_fetches", "early_fetches_used", "hub_fetches") == (1, 0, 1)
+    assert grew(before, after, "hub_bytes", "cached_chunks") == (0, 0)
 
 
 async def test_no_early_fetch_while_the_hub_is_failing(

@@ -83,11 +83,15 @@ async def stats(http: aiohttp.ClientSession, spoke: RunningServer) -> dict[str, 
     return result
 
 
-async def test_healthz(server: RunningServer, http: aiohttp.ClientSession) -> None:
+async def test_healthz(
+    server: RunningServer, hub: RunningServer, http: aiohttp.ClientSession
+) -> None:
     status, headers, body = await fetch(http, f"{server.url}/healthz")
     assert status == 200
     assert headers["Content-Type"].split(";")[0] == "application/json"
-    assert json.loads(body) == {"status": "ok"}
+    # The hub also says its chunk size: a spoke asks it at start (spoke.ahead).
+    expected = {"status": "ok", "chunk_size": CHUNK} if server is hub else {"status": "ok"}
+    assert json.loads(body) == expected
 
 
 async def test_hub_metrics_count_requests_and_object_bytes_exactly(
