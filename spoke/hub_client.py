@@ -294,13 +294,7 @@ class HubClient:
         """The chunk size the hub's ``/healthz`` reports; None from a hub that does not."""
         async with self._get(f"{self.base_url}/healthz", {}) as response:
             await _expect(response, (200,), "/healthz")
-            body = await response.read()
-        try:
-            size = json.loads(body).get("chunk_size")
-        except (ValueError, AttributeError):
-            return None
-        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 \
-            else None
+            return healthz_chunk_size(await response.read())
 
     async def list_objects(self, prefix: str) -> list[tuple[str, int]]:
         """(path, size) of every object under ``prefix`` at the hub."""
@@ -316,6 +310,16 @@ class HubClient:
         async with self._get(url, {"Accept": accept}) as response:
             await _expect(response, (200,), prefix)
             return await response.read(), response.content_type
+
+
+def healthz_chunk_size(body: bytes) -> int | None:
+    """The positive integer ``chunk_size`` of a hub's ``/healthz`` answer, if it has one
+    (a hub older than the field, or anything else answering there, has not)."""
+    try:
+        size = json.loads(body).get("chunk_size")
+    except (ValueError, AttributeError):  # not JSON (or not UTF-8), not an object
+        return None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 async def _expect(response: aiohttp.ClientResponse, ok: tuple[int, ...], path: str) -> None:
