@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import sqlite3
 import time
@@ -25,6 +26,7 @@ from protocol.digests import digest
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange
 from service.metrics import Histogram
+from service.threads import background_pool
 from spoke.ahead import KEPT_S, Ahead
 from spoke.errors import (
     ChunkCorrupt,
@@ -179,6 +181,9 @@ class ChunkCache:
         self._prefetched: LRUCache[str, None] = LRUCache(maxsize=1_000_000)
         # SQLite connections belong to one thread; every index call goes through it.
         self._db = ThreadPoolExecutor(1, thread_name_prefix="spoke-index")
+        # Storing runs at a lower CPU priority than fetching and serving (see
+        # service.threads); as many threads as asyncio's default pool would give.
+        self._writers = background_pool(min(32, (os.cpu_count() or 1) + 4), "spoke-store")
         self._accesses: dict[str, float] = {}
         self._fds = OpenChunks(self.store.open)
         self._flusher: asyncio.Task[None] | None = None
@@ -265,7 +270,10 @@ class ChunkCache:
         await self._flush_accesses()
         await self._in_db(self.index.close)
         self._db.shutdown(wait=True)
-        await asyncio.get_running_loop().run_in_executor(None, self.store.remove_temp_files)
+        loop = asyncio.get_running_loop()
+        # Writes still running finish before their temp files are swept.
+        await loop.run_in_executor(None, self._writers.shutdown, True)
+        await loop.run_in_executor(None, self.store.remove_temp_files)
 
     # -- metadata -----------------------------------------------------------
 
@@ -890,7 +898,7 @@ class ChunkCache:
         now = time.time()
         row = ChunkRow(key.name, key.path, key.etag, len(data), manifest.digest_alg,
                        manifest.digests[key.index], now, now, tenant)
-        written = loop.run_in_executor(None, self.store.write, key.name, memoryview(data))
+        written = loop.run_in_executor(self._writers, self.store.write, key.name, memoryview(data))
         indexed = loop.run_in_executor(self._db, self.index.add, row)
         file_error, row_error = await asyncio.gather(written, indexed, return_exceptions=True)
         if file_error is not None or row_error is not None:
