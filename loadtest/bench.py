@@ -73,6 +73,7 @@ from loadtest.replay import (
     summarize,
 )
 from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
+from spoke.cpus import AFFINITIES
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -108,8 +109,11 @@ class Settings:
     wrk_threads: int = 2
     # Each cache as its operator would run it here: nginx with ``worker_processes auto``
     # (one per core: its best, 4 workers made 0.95x), the spoke with ``--workers auto``
-    # (two per core: its best, spoke.config.WORKERS_PER_CORE).
+    # (two per core: its best, spoke.config.WORKERS_PER_CORE). Neither is bound to CPUs:
+    # bound, the spoke's warm 64 KiB tail is shorter but the replay's warm phase ~30 %
+    # slower (spoke.cpus), and nginx's ``worker_cpu_affinity auto`` was not better.
     spoke_workers: str = "auto"
+    spoke_cpu_affinity: str = "off"
     # Like nginx's ``proxy_cache_valid``: both caches serve a cached version this long
     # without asking the hub. With the spoke's default (5 s) each warm run, coming
     # after ~50 s of other runs, starts by revalidating through the 60 ms link, and
@@ -483,6 +487,7 @@ class Lab:
             "--capacity", str(2 * self.settings.data_bytes),
             "--access-log", "off", "--log-level", "warning",
             "--workers", self.settings.spoke_workers,
+            "--cpu-affinity", self.settings.spoke_cpu_affinity,
             "--meta-ttl", f"{self.settings.spoke_meta_ttl_s:g}",
         ], log_dir=self.log_dir)
         return self.spoke
@@ -822,7 +827,8 @@ def render(meta: dict[str, Any], warm: dict[str, Any], answers: dict[str, Any],
         "the machine by processes outside this benchmark during the run. Both caches serve "
         f"a cached version up to {s.spoke_meta_ttl_s:g} s without asking the hub (nginx "
         f"`proxy_cache_valid {CACHE_VALID_S}s`, spoke `--meta-ttl {s.spoke_meta_ttl_s:g}`); "
-        f"the spoke runs `--workers {s.spoke_workers}`.")
+        f"the spoke runs `--workers {s.spoke_workers} --cpu-affinity "
+        f"{s.spoke_cpu_affinity}`.")
     add("")
     add("## Targets")
     add("")
@@ -1093,6 +1099,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="interleaved rounds per wrk cell")
     parser.add_argument("--spoke-workers", default="auto",
                         help="the spoke's --workers (default auto, like nginx's workers)")
+    parser.add_argument("--spoke-cpu-affinity", default="off", choices=AFFINITIES,
+                        help="the spoke's --cpu-affinity (default: off)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile the spoke with py-spy (if installed)")
     parser.add_argument("--from-json", metavar="REPORT_JSON",
@@ -1151,7 +1159,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     s = QUICK if args.quick else FULL
     s = Settings(**{**asdict(s), "wrk_seconds": args.seconds or s.wrk_seconds,
-                    "rounds": args.rounds or s.rounds, "spoke_workers": args.spoke_workers})
+                    "rounds": args.rounds or s.rounds, "spoke_workers": args.spoke_workers,
+                    "spoke_cpu_affinity": args.spoke_cpu_affinity})
     missing = [tool for tool, found in (("nginx", nginx_binary()), ("wrk", wrk_binary()))
                if found is None]
     if missing:

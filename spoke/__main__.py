@@ -11,7 +11,7 @@ from service.logs import setup_logging
 from service.memory import fix_malloc_thresholds
 from service.runner import run, serve_forever
 from service.tls import server_context_for
-from spoke import handlers
+from spoke import cpus, handlers
 from spoke.app import make_app
 from spoke.config import config_from_args, parse_args
 from spoke.index import ChunkIndex
@@ -42,17 +42,28 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(args)
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
     if config.reader_channel_fd is not None:
+        if config.reader_cpu is not None:
+            cpus.bind_to(config.reader_cpu)  # before the loop starts any thread
         run(lambda: run_reader(config, config.reader_channel_fd or 0))
         return 0
     logger.info("caching %s in %s (capacity %d bytes, %s, %d worker%s)", config.hub_url,
                 config.cache_dir, config.capacity_bytes, config.policy, config.workers,
                 "" if config.workers == 1 else "s")
+    placement = (cpus.spread(cpus.allowed_cpus(), config.workers)
+                 if config.cpu_affinity == "spread" else None)
+    if placement is not None:
+        # Before anything starts a thread: the cache's threads share the spoke's CPU.
+        cpus.bind_to(placement[0])
+        logger.info("bound to CPU %d; reader workers to CPUs %s", placement[0], placement[1:])
     tls = server_context_for(config.tls_cert, config.tls_key)
     app = make_app(config)
     companion = None
     if config.workers > 1:
-        companion = readers_companion(app, config.workers - 1, sys.argv[1:] if argv is None
-                                      else argv, handlers.CACHE, handlers.READ_LATENCY)
+        companion = readers_companion(
+            app, config.workers - 1, sys.argv[1:] if argv is None else argv,
+            handlers.CACHE, handlers.READ_LATENCY,
+            cpus=None if placement is None else placement[1:],
+        )
     run(lambda: serve_forever(app, config.host, config.port, tls, companion))
     return 0
 

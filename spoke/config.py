@@ -19,6 +19,7 @@ from service.limits import (
     add_limit_flags,
 )
 from service.tls import add_tls_flags, parse_checked
+from spoke.cpus import AFFINITIES
 
 POLICIES = ("arc", "lru", "s3fifo", "wtinylfu")
 # ``--workers auto``: two processes per core, not one. SO_REUSEPORT spreads a loader's
@@ -69,8 +70,10 @@ class SpokeConfig:
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     workers: int = 1
+    cpu_affinity: str = "off"  # or "spread" (spoke.cpus)
     # Set only in a reader worker's process, by its owner (spoke.readers).
     reader_channel_fd: int | None = None
+    reader_cpu: int | None = None
 
 
 def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
@@ -128,7 +131,12 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     add_flag(p, "--workers", env=env, default="1", type=_workers,
              help="processes serving the port: the spoke and N-1 reader workers answering "
                   "cache hits from its files (SO_REUSEPORT; 'auto': two per core; plain HTTP)")
+    add_flag(p, "--cpu-affinity", env=env, default="off", choices=AFFINITIES,
+             help="'spread': bind each of the spoke's processes to one CPU of those it may "
+                  "use, in turn (for --workers; see spoke/cpus.py); 'off': let the kernel "
+                  "place them")
     p.add_argument("--reader-channel", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--reader-cpu", type=int, help=argparse.SUPPRESS)
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -164,6 +172,9 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     if args.command == "serve" and args.workers > 1 and args.tls_cert:
         parser.error("--workers above 1 needs plain HTTP: a TLS session cannot move "
                      "between processes")
+    if (args.command == "serve" and args.cpu_affinity != "off"
+            and not hasattr(os, "sched_setaffinity")):
+        parser.error("--cpu-affinity needs an OS that binds threads to CPUs (Linux)")
     return args
 
 
@@ -205,7 +216,9 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         max_connections_per_client=int(args.max_connections_per_client),
         header_timeout_s=float(args.header_timeout),
         workers=int(args.workers),
+        cpu_affinity=args.cpu_affinity,
         reader_channel_fd=args.reader_channel,
+        reader_cpu=args.reader_cpu,
     )
 
 

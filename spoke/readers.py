@@ -61,6 +61,7 @@ class _Reader:
     proc: asyncio.subprocess.Process
     ready: asyncio.Future[None]
     channel: Channel = field(init=False)
+    cpu: int | None = None  # bound to (--cpu-affinity spread); a replacement takes it over
     killed: bool = False  # by us: not to be replaced
     listening: bool = False
     synced: dict[int, asyncio.Future[None]] = field(default_factory=dict)
@@ -84,15 +85,16 @@ class ReaderPool:
     async def start(
         self, cache: ChunkCache, latency: dict[str, Histogram],
         take_over: Callable[[bytes], asyncio.Protocol], count: int, argv: Sequence[str],
-        port: int,
+        port: int, cpus: Sequence[int] | None = None,
     ) -> None:
         """Start ``count`` readers of ``python -m spoke *argv`` on ``port``, mirroring
         ``cache``; returns once each listens (or has failed, logged). ``take_over``
-        makes the protocol of a connection a reader hands over."""
+        makes the protocol of a connection a reader hands over; reader ``i`` is bound
+        to ``cpus[i]`` when given."""
         self.cache, self.latency, self.take_over = cache, latency, take_over
         self._argv = [*argv, "--port", str(port)]
         cache.watcher = self
-        started = [await self._spawn() for _ in range(count)]
+        started = [await self._spawn(None if cpus is None else cpus[i]) for i in range(count)]
         waits = [asyncio.wait_for(asyncio.shield(r.ready), READY_TIMEOUT_S) for r in started]
         for reader, outcome in zip(
             started, await asyncio.gather(*waits, return_exceptions=True), strict=True
@@ -102,17 +104,19 @@ class ReaderPool:
                 self._kill(reader)
         logger.info("%d reader workers listening", self.alive)
 
-    async def _spawn(self) -> _Reader:
+    async def _spawn(self, cpu: int | None) -> _Reader:
         ours, theirs = channel_pair()
+        # The reader binds itself, before it starts any thread (spoke.cpus).
+        placed = [] if cpu is None else ["--reader-cpu", str(cpu)]
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "spoke", *self._argv,
+                sys.executable, "-m", "spoke", *self._argv, *placed,
                 "--reader-channel", str(theirs.fileno()),
                 pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
             )
         finally:
             theirs.close()
-        reader = _Reader(proc, asyncio.get_running_loop().create_future())
+        reader = _Reader(proc, asyncio.get_running_loop().create_future(), cpu)
         reader.channel = Channel(
             ours, partial(self._on_message, reader), partial(self._on_close, reader)
         )
@@ -128,7 +132,7 @@ class ReaderPool:
         await asyncio.sleep(RESTART_PAUSE_S)
         if self._stopping:
             return
-        reader = await self._spawn()
+        reader = await self._spawn(gone.cpu)
         try:
             await asyncio.wait_for(asyncio.shield(reader.ready), READY_TIMEOUT_S)
         except (TimeoutError, ConnectionError) as exc:
@@ -307,6 +311,7 @@ READERS = web.AppKey("readers", ReaderPool)
 def readers_companion(
     app: web.Application, count: int, argv: Sequence[str],
     cache_key: web.AppKey[ChunkCache], latency_key: web.AppKey[dict[str, Histogram]],
+    cpus: Sequence[int] | None = None,
 ) -> Callable[[web.AppRunner, int], contextlib.AbstractAsyncContextManager[None]]:
     """A :data:`service.runner.Companion` running ``count`` reader workers beside ``app``
     (whose :data:`READERS` pool, set before it starts, they fill)."""
@@ -318,7 +323,7 @@ def readers_companion(
             raise RuntimeError("reader workers need the fast path's server")
         pool = app[READERS]
         try:
-            await pool.start(app[cache_key], app[latency_key], take_over, count, argv, port)
+            await pool.start(app[cache_key], app[latency_key], take_over, count, argv, port, cpus)
             yield
         finally:
             await pool.stop()

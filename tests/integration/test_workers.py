@@ -17,6 +17,7 @@ import pytest
 
 from loadtest.bench import process_tree
 from loadtest.procs import Process, start_process
+from spoke.cpus import spread
 from tests.conftest import CHUNK
 from tests.support.servers import GatedBackend, RunningServer
 
@@ -348,3 +349,62 @@ async def test_a_cold_read_on_either_process_asks_for_its_first_chunk_with_the_m
     after = await asyncio.to_thread(stats, workers)
     grew = {k: after[k] - before[k] for k in ("early_fetches", "early_fetches_used", "hub_fetches")}
     assert grew == {"early_fetches": 5, "early_fetches_used": 5, "hub_fetches": 5}
+
+
+def cpus_of(pid: int) -> set[str]:
+    """The CPUs each thread of process ``pid`` may run on, as the kernel lists them."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                found.add(line.split(":", 1)[1].strip())
+    return found
+
+
+async def test_cpu_affinity_spread_binds_every_process_and_its_replacement(
+    hub: RunningServer, tmp_path: Path
+) -> None:
+    placement = [str(cpu) for cpu in spread(os.sched_getaffinity(0), 4)]
+    spoke = await asyncio.to_thread(start_process, "spoke", [
+        "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+        "--workers", "4", "--cpu-affinity", "spread", "--access-log", "off",
+    ])
+    try:
+        # The spoke on the first CPU, its threads with it; each reader on the next.
+        assert cpus_of(spoke.pid) == {placement[0]}
+        readers = [pid for pid in process_tree(spoke.pid) if pid != spoke.pid]
+        assert sorted(cpu for pid in readers for cpu in cpus_of(pid)) == sorted(placement[1:])
+
+        gone = readers[0]
+        cpu_of_gone = cpus_of(gone)
+        os.kill(gone, signal.SIGKILL)
+        counts: dict[str, int] = {}
+        for _ in range(200):  # the owner waits RESTART_PAUSE_S (1 s) before replacing it
+            await asyncio.sleep(0.05)
+            try:
+                counts = await asyncio.to_thread(stats, spoke)
+            except OSError:  # queued on the killed reader's socket as it died: reset
+                continue
+            if counts["reader_restarts"] == 1 and counts["reader_workers"] == 3:
+                break
+        else:
+            raise AssertionError(f"no replacement reader: {counts}")
+        (new,) = set(process_tree(spoke.pid)) - set(readers) - {spoke.pid}
+        assert cpus_of(new) == cpu_of_gone
+    finally:
+        await asyncio.to_thread(spoke.stop)
+
+
+async def test_without_cpu_affinity_the_processes_keep_every_cpu(
+    hub: RunningServer, tmp_path: Path
+) -> None:
+    allowed = os.sched_getaffinity(0)
+    spoke = await asyncio.to_thread(start_process, "spoke", [
+        "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+        "--workers", "2", "--access-log", "off",
+    ])
+    try:
+        for pid in process_tree(spoke.pid):
+            assert os.sched_getaffinity(pid) == allowed
+    finally:
+        await asyncio.to_thread(spoke.stop)
