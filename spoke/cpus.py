@@ -4,9 +4,10 @@ It trades throughput when the CPUs are not all busy for a steadier tail when the
 Measured on 2 cores, side by side, ``--workers auto`` (two processes per core):
 
 - Saturated (wrk, warm 64 KiB reads over 64 connections, 4 rounds each in two
-  sittings): p99 6.7 -> 5.1 ms and 12.6 -> 5.8 ms at the same requests/s. The kernel
-  no longer moves a process between CPUs under a request. 4 MiB reads, batches and
-  cold streaming: unchanged.
+  sittings): p99 6.7 -> 5.1 ms and 12.6 -> 5.8 ms at the same requests/s; the
+  bound side's single rounds stayed within 4.7-6.3 ms while the unbound side's went
+  from 6.1 to 41 with the machine's other load. Binding only the reader workers did
+  nothing. 4 MiB reads, batches and cold streaming: unchanged.
 - Not saturated (the training replay: one Python client, 32 workers, 16 KiB samples,
   2 rounds each): warm samples/s 9.5-10.4k -> 6.1-7.2k. A request for a process
   bound to the client's own CPU waits for the client to yield it, while the other
