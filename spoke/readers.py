@@ -116,7 +116,7 @@ class ReaderPool:
             )
         finally:
             theirs.close()
-        reader = _Reader(proc, asyncio.get_running_loop().create_future(), cpu)
+        reader = _Reader(proc, asyncio.get_running_loop().create_future(), cpu=cpu)
         reader.channel = Channel(
             ours, partial(self._on_message, reader), partial(self._on_close, reader)
         )
