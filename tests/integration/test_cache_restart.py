@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -324,25 +325,28 @@ async def test_a_damaged_index_is_set_aside_and_the_spoke_serves(
     await read_all(http, third.url, files, "HIT")
 
 
+def damage_the_by_path_index(index: Path) -> None:
+    """Garbage over the page of the index by path: the quick check fails, the chunk
+    rows themselves stay readable."""
+    db = sqlite3.connect(index)
+    (root,) = db.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 'chunks_by_path'").fetchone()
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    with open(index, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(os.urandom(page_size))
+
+
 async def test_chunk_rows_readable_in_a_damaged_index_are_kept_when_their_files_agree(
     hub_process: Hub, spokes: Spokes, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    import sqlite3
-
     hub, files = hub_process
     cache_dir = tmp_path / "cache"
     first = await spokes.start(cache_dir)
     await read_all(http, first.url, files, "MISS")
     assert await spokes.stop(first, signal.SIGTERM) == 0
-    index = cache_dir / "index.sqlite3"
-    with sqlite3.connect(index) as db:
-        (root,) = db.execute(
-            "SELECT rootpage FROM sqlite_master WHERE name = 'chunks_by_path'").fetchone()
-        (page_size,) = db.execute("PRAGMA page_size").fetchone()
-    db.close()
-    with open(index, "r+b") as f:  # the by-path index's page: the chunk rows stay readable
-        f.seek((root - 1) * page_size)
-        f.write(os.urandom(page_size))
+    damage_the_by_path_index(cache_dir / "index.sqlite3")
     # And bit rot in one chunk file (ds/partial.bin's 123-byte last chunk).
     rotten = next(p for p in (cache_dir / "chunks").glob("*/*") if p.stat().st_size == 123)
     rotten.write_bytes(b"\xff" + rotten.read_bytes()[1:])

@@ -156,10 +156,14 @@ async def test_a_process_that_may_not_write_still_answers_and_recovers(
 
 async def wait_for(what: str, check: Any) -> None:
     """Poll ``check()`` (a coroutine function) until it is true; fail after WAIT_S."""
-    async with asyncio.timeout(WAIT_S):
-        while not await check():
-            await asyncio.sleep(0.02)
-    assert await check(), what
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                if await check():
+                    return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not within {WAIT_S} s: {what}") from None
 
 
 async def test_background_tasks_outlive_a_full_disk(
