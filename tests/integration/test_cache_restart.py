@@ -294,6 +294,16 @@ async def assert_indexed_as_on_disk(
     assert len(files_under(cache_dir / "chunks")) == stats["cached_chunks"]
 
 
+async def cache_then_stop(
+    spokes: Spokes, http: aiohttp.ClientSession, cache_dir: Path, files: dict[str, bytes],
+    sig: int,
+) -> None:
+    """A spoke on ``cache_dir`` caches every object of READS, then is stopped by ``sig``."""
+    first = await spokes.start(cache_dir)
+    await read_all(http, first.url, files, "MISS")
+    assert await spokes.stop(first, sig) == (0 if sig == signal.SIGTERM else -sig)
+
+
 @pytest.mark.parametrize("damage", [damage_header, truncate_to_two_pages])
 async def test_a_damaged_index_is_set_aside_and_the_spoke_serves(
     hub_process: Hub, spokes: Spokes, http: aiohttp.ClientSession, tmp_path: Path,
@@ -301,9 +311,7 @@ async def test_a_damaged_index_is_set_aside_and_the_spoke_serves(
 ) -> None:
     _, files = hub_process
     cache_dir = tmp_path / "cache"
-    first = await spokes.start(cache_dir)
-    await read_all(http, first.url, files, "MISS")
-    assert await spokes.stop(first, signal.SIGTERM) == 0
+    await cache_then_stop(spokes, http, cache_dir, files, signal.SIGTERM)
     damage(cache_dir / "index.sqlite3")
     damaged = (cache_dir / "index.sqlite3").read_bytes()
 
@@ -343,9 +351,7 @@ async def test_chunk_rows_readable_in_a_damaged_index_are_kept_when_their_files_
 ) -> None:
     hub, files = hub_process
     cache_dir = tmp_path / "cache"
-    first = await spokes.start(cache_dir)
-    await read_all(http, first.url, files, "MISS")
-    assert await spokes.stop(first, signal.SIGTERM) == 0
+    await cache_then_stop(spokes, http, cache_dir, files, signal.SIGTERM)
     damage_the_by_path_index(cache_dir / "index.sqlite3")
     # And bit rot in one chunk file (ds/partial.bin's 123-byte last chunk).
     rotten = next(p for p in (cache_dir / "chunks").glob("*/*") if p.stat().st_size == 123)
@@ -367,10 +373,8 @@ async def test_a_garbage_wal_leaves_a_consistent_cache(
 ) -> None:
     _, files = hub_process
     cache_dir = tmp_path / "cache"
-    first = await spokes.start(cache_dir)
-    await read_all(http, first.url, files, "MISS")
     # A crash: the latest rows are in the WAL, which is then overwritten with garbage.
-    assert await spokes.stop(first, signal.SIGKILL) == -signal.SIGKILL
+    await cache_then_stop(spokes, http, cache_dir, files, signal.SIGKILL)
     wal = cache_dir / "index.sqlite3-wal"
     wal.write_bytes(os.urandom(max(wal.stat().st_size, 64 << 10)))
 
