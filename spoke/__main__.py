@@ -14,10 +14,9 @@ from service.tls import server_context_for
 from spoke import cpus, handlers
 from spoke.app import make_app
 from spoke.config import config_from_args, parse_args
-from spoke.index import ChunkIndex
 from spoke.reader_worker import run_reader
 from spoke.readers import readers_companion
-from spoke.scrub import scrub
+from spoke.scrub import open_index, scrub
 from spoke.store import ChunkStore
 from spoke.warm_cli import run_warm
 
@@ -29,9 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, environ())
     if args.command == "verify":
         setup_logging("info", "text")
-        index = ChunkIndex(args.cache_dir)
+        store = ChunkStore(args.cache_dir)
+        index = open_index(store, args.cache_dir)
         try:
-            report = scrub(ChunkStore(args.cache_dir), index)
+            report = scrub(store, index)
         finally:
             index.close()
         print(json.dumps({"checked": report.checked, "bad": report.bad,

@@ -20,7 +20,6 @@ from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.fast import FastObjectReads
 from spoke.hub_client import HubClient
-from spoke.index import ChunkIndex
 from spoke.objects import ObjectReads
 from spoke.plan_policy import PlanAwarePolicy
 from spoke.plans import PlanRegistry
@@ -28,7 +27,7 @@ from spoke.policy import make_policy
 from spoke.readahead import SequentialReadahead
 from spoke.readers import READERS, ReaderPool
 from spoke.resilience import CircuitBreaker, RetryPolicy
-from spoke.scrub import scrub
+from spoke.scrub import open_index, scrub
 from spoke.stats import SpokeStats, read_latency_histograms, stats_series
 from spoke.store import ChunkStore
 from spoke.warm import WarmJobs
@@ -130,9 +129,11 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
 
 async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
     store = ChunkStore(config.cache_dir)
-    index = ChunkIndex(config.cache_dir)
+    loop = asyncio.get_running_loop()
+    # Re-hashes chunk files when the index turns out damaged: off the event loop.
+    index = await loop.run_in_executor(None, open_index, store, config.cache_dir)
     if config.verify_on_start:
-        report = await asyncio.get_running_loop().run_in_executor(None, scrub, store, index)
+        report = await loop.run_in_executor(None, scrub, store, index)
         logger.info("start-up scrub: %s", report)
     hub = HubClient(
         config.hub_url,

@@ -25,6 +25,7 @@ from protocol.chunks import chunk_bounds
 from protocol.digests import digest
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange
+from service.background import ErrorCounts, run_every
 from service.metrics import Histogram
 from service.threads import background_pool
 from spoke.ahead import KEPT_S, Ahead
@@ -65,6 +66,11 @@ _INLINE_DIGEST_BYTES_BY_ALG = {"xxh3-128": 64 << 20}
 # Chunk buffers of finished fills kept to use again (see flight.BufferPool).
 _POOLED_BUFFER_BYTES = 64 << 20
 _ACCESS_FLUSH_INTERVAL_S = 5.0
+_EXPIRY_INTERVAL_S = 5.0
+# The cache's long-lived tasks, and the writes a refusing disk (full, read-only) may
+# fail while the spoke serves on without them: each counted in /metrics by name.
+BACKGROUND_TASKS = ("access-times", "expiry", "reader-pool")
+DISK_WRITES = ("chunk", "manifest", "removal")
 # Reads up to this size of cached chunks are a pread on the event loop: chunks were
 # written here recently, so the page cache usually holds them and a pread is a
 # memcpy, cheaper than a thread hop (measured: 64 KiB warm reads ~1.6x, 4 MiB
@@ -186,7 +192,11 @@ class ChunkCache:
         self._writers = background_pool(min(32, (os.cpu_count() or 1) + 4), "spoke-store")
         self._accesses: dict[str, float] = {}
         self._fds = OpenChunks(self.store.open)
-        self._flusher: asyncio.Task[None] | None = None
+        self._housekeeping: list[asyncio.Task[None]] = []
+        self.background_errors = ErrorCounts("background task", BACKGROUND_TASKS, logger)
+        self.disk_errors = ErrorCounts("disk write of a", DISK_WRITES, logger)
+        # Manifests the index refused (a full disk): saved again when next fetched.
+        self._unsaved_manifests: set[str] = set()
         self._sizing: asyncio.Task[None] | None = None
         # First chunks asked for alongside their objects' manifests (spoke.ahead), by
         # path; and the hub's chunk size, as its latest manifest had it.
@@ -209,9 +219,16 @@ class ChunkCache:
         for row in keep:  # least recently used first, so the policy order survives
             self._resident.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at))
             self._track(row.name, row.path, row.size)
-        await self._in_db(self._drop_files, stale + orphans, stale)
+        await self._write_index("removal", self._drop_files, stale + orphans, stale)
         await self._in_db(self._drop_stray, stray)
-        self._flusher = asyncio.create_task(self._housekeeping_forever())
+        self._housekeeping = [asyncio.create_task(run_every(
+            "access-times", _ACCESS_FLUSH_INTERVAL_S, self._flush_accesses,
+            self.background_errors,
+        ))]
+        if self.max_age_s:
+            self._housekeeping.append(asyncio.create_task(run_every(
+                "expiry", _EXPIRY_INTERVAL_S, self.expire, self.background_errors,
+            )))
         self._sizing = asyncio.create_task(self._learn_hub_chunk_size())
         took = time.perf_counter() - started
         logger.info(
@@ -260,14 +277,17 @@ class ChunkCache:
 
     async def close(self) -> None:
         """Flush access times, let running fills finish briefly, leave no temp files."""
-        for task in (self._flusher, self._sizing):
+        for task in (*self._housekeeping, self._sizing):
             if task is not None:
                 task.cancel()
         for ahead in list(self._ahead.values()):
             self.drop_ahead(ahead)  # guesses no read took on: not worth waiting for
         await self._chunk_flights.wait_idle(timeout_s=_CLOSE_GRACE_S)
         self._fds.close()
-        await self._flush_accesses()
+        try:
+            await self._flush_accesses()
+        except (OSError, sqlite3.Error) as exc:  # a full disk must not stop the stop
+            self.background_errors.record("access-times", exc)
         await self._in_db(self.index.close)
         self._db.shutdown(wait=True)
         loop = asyncio.get_running_loop()
@@ -330,7 +350,7 @@ class ChunkCache:
             # Deleted at the hub: stop serving it, and delete what we hold of it.
             self.invalidate(path)
             self._known.pop(path, None)
-            await self._in_db(self.index.delete_manifest, path)
+            await self._write_index("removal", self.index.delete_manifest, path)
             self.stats.purged_chunks += await self._remove(self._resident.matching(path, None))
             raise
         except (HubUnavailable, HubTimeout):
@@ -345,10 +365,20 @@ class ChunkCache:
             self.drop_ahead(ahead)  # another version or chunk size: of no use
         if self.watcher is not None:
             self.watcher.manifest_fresh(path, manifest, time.monotonic() + self._meta.ttl_s)
-        if self._known.get(path) != manifest:
+        if self._known.get(path) != manifest or path in self._unsaved_manifests:
             self._known[path] = manifest
-            await self._in_db(self.index.save_manifest, path, body, time.time())
+            await self._save_manifest(path, body)
         return manifest, False
+
+    async def _save_manifest(self, path: str, body: bytes) -> None:
+        """Keep ``path``'s manifest for restarts and outages; a disk that refuses it
+        costs only that (the read goes on), and the next fetch tries again."""
+        saved = await self._write_index("manifest", self.index.save_manifest, path, body,
+                                        time.time())
+        if saved:
+            self._unsaved_manifests.discard(path)
+        else:
+            self._unsaved_manifests.add(path)
 
     async def _last_known(self, path: str) -> Manifest | None:
         known = self._known.get(path)
@@ -721,7 +751,7 @@ class ChunkCache:
         victims, reserved = self._reserve(key.name, fill.length, tenant)
         try:
             if victims:
-                await self._in_db(self._drop_files, victims, victims)
+                await self._write_index("removal", self._drop_files, victims, victims)
             if reserved:
                 await self._publish_or_skip(key, manifest, fill.view, tenant)
             else:
@@ -882,7 +912,7 @@ class ChunkCache:
         try:
             await self._publish(key, manifest, data, tenant)
         except (OSError, sqlite3.Error) as exc:
-            logger.warning("cannot store chunk %s of %s: %s", key.index, key.path, exc)
+            self.disk_errors.record("chunk", exc)
             self.stats.uncached_fills += 1
 
     async def _publish(
@@ -903,7 +933,7 @@ class ChunkCache:
         file_error, row_error = await asyncio.gather(written, indexed, return_exceptions=True)
         if file_error is not None or row_error is not None:
             if row_error is None:
-                await self._in_db(self.index.remove, [key.name])
+                await self._write_index("removal", self.index.remove, [key.name])
             if file_error is None:
                 await loop.run_in_executor(None, self.store.delete, key.name)
             error = file_error if file_error is not None else row_error
@@ -962,7 +992,7 @@ class ChunkCache:
         for name in names:
             self._drop(name)
             self.policy.remove(name)
-        await self._in_db(self._drop_files, names, names)
+        await self._write_index("removal", self._drop_files, names, names)
         return len(names)
 
     # -- plumbing -----------------------------------------------------------
@@ -970,17 +1000,28 @@ class ChunkCache:
     async def _in_db(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._db, call, *args)
 
-    async def _housekeeping_forever(self) -> None:
-        """Persist access times; drop chunks past ``max_age_s``."""
-        while True:
-            await asyncio.sleep(_ACCESS_FLUSH_INTERVAL_S)
-            await self._flush_accesses()
-            await self.expire()
+    async def _write_index(self, kind: str, call: Callable[..., object], *args: Any) -> bool:
+        """``call(*args)`` on the index thread; False, counted under ``kind``, if the
+        disk refused it. For writes the spoke can go on without: a removal the index
+        did not record leaves rows whose files are gone, which start-up drops."""
+        try:
+            await self._in_db(call, *args)
+        except (OSError, sqlite3.Error) as exc:
+            self.disk_errors.record(kind, exc)
+            return False
+        return True
 
     async def _flush_accesses(self) -> None:
-        if self._accesses:
-            batch, self._accesses = self._accesses, {}
+        """Persist the access times read since the last flush (for the policy order
+        after a restart); ones the index refused are kept for the next round."""
+        if not self._accesses:
+            return
+        batch, self._accesses = self._accesses, {}
+        try:
             await self._in_db(self.index.touch, batch)
+        except BaseException:
+            self._accesses = {**batch, **self._accesses}  # reads meanwhile are newer
+            raise
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -20,6 +20,7 @@ from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange
+from service.background import ErrorCounts, run_every
 from service.fast import FastConnection, FastServer, Reply
 from service.limits import AIOHTTP_KEEPALIVE_S, ConnectionLimits
 from service.metrics import Histogram
@@ -303,13 +304,13 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     channel.send(["ready"])
 
-    async def report_forever() -> None:
-        while True:
-            await asyncio.sleep(REPORT_INTERVAL_S)
-            for message in mirror.report():
-                channel.send(message)
+    async def report() -> None:
+        for message in mirror.report():
+            channel.send(message)
 
-    reporter = asyncio.create_task(report_forever())
+    # Logged here (this process has no /metrics of its own); the loop goes on.
+    errors = ErrorCounts("background task", ["report"], logger)
+    reporter = asyncio.create_task(run_every("report", REPORT_INTERVAL_S, report, errors))
     try:
         await stop.wait()
     finally:

@@ -269,7 +269,15 @@ class ReaderPool:
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_ended)
+
+    def _task_ended(self, task: asyncio.Task[Any]) -> None:
+        """A reader's errand is over; its error (a replacement that could not start)
+        is counted and logged as the cache's other background errors are."""
+        self._tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self.cache.background_errors.record("reader-pool", error)
 
     def _adopt(self, fd: int, received: bytes) -> None:
         sock = socket.socket(fileno=fd)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from service.metrics import Histogram, HistogramSeries, Series
+from service.metrics import AnySeries, Histogram, HistogramSeries, LabeledCounter, Series
 from spoke.resilience import STATE_CODES
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class SpokeStats:
     evictions: int = 0
     fill_failures: int = 0  # chunk fetches that failed (network, status, digest)
     verify_failures: int = 0  # chunks whose bytes did not match the manifest digest
-    uncached_fills: int = 0  # chunks served but not stored (no room even after evicting)
+    uncached_fills: int = 0  # chunks served but not stored (no room, or the disk refused)
     manifest_fetches: int = 0
     stale_manifests: int = 0  # manifests served past their TTL because the hub was down
     chunks_dropped: int = 0  # cached chunks found missing or corrupt, then forgotten
@@ -56,7 +56,7 @@ _METRICS: dict[str, tuple[str, str, str]] = {
     "verify_failures": ("spoke_verify_failures_total", "counter",
                         "chunks from the hub that failed digest verification"),
     "uncached_fills": ("spoke_uncached_fills_total", "counter",
-                       "chunks served without being cached (no room)"),
+                       "chunks served without being cached (no room, or the disk refused)"),
     "manifest_fetches": ("spoke_manifest_fetches_total", "counter", "manifests fetched"),
     "stale_manifests": ("spoke_stale_manifests_total", "counter",
                         "manifests served stale because the hub was unreachable"),
@@ -86,10 +86,10 @@ _METRICS: dict[str, tuple[str, str, str]] = {
 
 def stats_series(
     cache: ChunkCache, warm: WarmJobs, read_latency: dict[str, Histogram]
-) -> list[Series | HistogramSeries]:
+) -> list[AnySeries]:
     """Every /metrics series of a spoke, read live from its cache."""
     stats = cache.stats
-    series: list[Series | HistogramSeries] = [
+    series: list[AnySeries] = [
         Series(name, kind, help_text, _reader(stats, field))
         for field, (name, kind, help_text) in _METRICS.items()
     ]
@@ -139,6 +139,12 @@ def stats_series(
         Series("spoke_plan_admissions_refused_total", "counter",
                "fills not kept because every cached chunk is needed sooner by a plan",
                lambda: getattr(cache.policy, "refused", 0)),
+        LabeledCounter("spoke_background_errors_total",
+                       "errors of the spoke's background tasks, which carry on", "task",
+                       lambda: cache.background_errors.counts),
+        LabeledCounter("spoke_disk_write_errors_total",
+                       "writes the disk refused (full, read-only); the reads were answered",
+                       "write", lambda: cache.disk_errors.counts),
         HistogramSeries("spoke_hub_fetch_seconds", "latency of chunk fetches from the hub",
                         cache.fetch_latency),
         HistogramSeries("spoke_read_seconds", "loader read latency, by X-Cache outcome",
@@ -189,5 +195,7 @@ def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
         byte_hit_ratio=_ratio(cache.stats.bytes_served_hit,
                               cache.stats.bytes_served_hit + cache.stats.bytes_served_miss),
         prefetch_accuracy=_ratio(cache.stats.prefetch_used, cache.stats.prefetched_chunks),
+        background_errors=dict(cache.background_errors.counts),
+        disk_write_errors=dict(cache.disk_errors.counts),
     )
     return snapshot

@@ -115,8 +115,13 @@ class ChunkStore:
             raise
         os.close(fd)
         final = self.path_of(name)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        os.rename(tmp, final)
+        try:
+            # A new bucket directory takes a block of its own: a full disk can refuse it.
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            os.rename(tmp, final)
+        except BaseException:
+            os.unlink(tmp)
+            raise
 
     def _create(self, tmp: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -253,3 +254,132 @@ async def test_a_restart_with_less_capacity_keeps_the_most_recently_used_chunks(
             assert resp.headers["X-Cache"] == "HIT"
     finally:
         await second.stop()
+
+
+def damage_header(index: Path) -> None:
+    """"file is not a database": SQLite's magic string and page size overwritten."""
+    with open(index, "r+b") as f:
+        f.write(b"this is not SQLite" * 8)
+
+
+def truncate_to_two_pages(index: Path) -> None:
+    """A torn write: the file ends long before the pages its header counts."""
+    os.truncate(index, 2 * 4096)
+
+
+async def read_every_object(
+    http: aiohttp.ClientSession, spoke_url: str, files: dict[str, bytes]
+) -> dict[str, str]:
+    """GET every object of READS, each whole and right; their X-Cache by path."""
+    seen = {}
+    for path in READS:
+        async with http.get(f"{spoke_url}/objects/{path}") as resp:
+            assert resp.status == 200, path
+            assert await resp.read() == files[path], path
+            seen[path] = resp.headers["X-Cache"]
+    return seen
+
+
+def set_aside(cache_dir: Path) -> list[Path]:
+    """Damaged indexes set aside (without their -wal and -shm companions)."""
+    found = cache_dir.glob("index.sqlite3.damaged-*")
+    return sorted(p for p in found if not p.name.endswith(("-wal", "-shm")))
+
+
+async def assert_indexed_as_on_disk(
+    http: aiohttp.ClientSession, spoke: Process, cache_dir: Path
+) -> None:
+    """Every chunk file on disk is one the spoke counts as cached, and no other."""
+    stats = await spoke_stats(http, spoke.url)
+    assert len(files_under(cache_dir / "chunks")) == stats["cached_chunks"]
+
+
+async def cache_then_stop(
+    spokes: Spokes, http: aiohttp.ClientSession, cache_dir: Path, files: dict[str, bytes],
+    sig: int,
+) -> None:
+    """A spoke on ``cache_dir`` caches every object of READS, then is stopped by ``sig``."""
+    first = await spokes.start(cache_dir)
+    await read_all(http, first.url, files, "MISS")
+    assert await spokes.stop(first, sig) == (0 if sig == signal.SIGTERM else -sig)
+
+
+@pytest.mark.parametrize("damage", [damage_header, truncate_to_two_pages])
+async def test_a_damaged_index_is_set_aside_and_the_spoke_serves(
+    hub_process: Hub, spokes: Spokes, http: aiohttp.ClientSession, tmp_path: Path,
+    damage: Any,
+) -> None:
+    _, files = hub_process
+    cache_dir = tmp_path / "cache"
+    await cache_then_stop(spokes, http, cache_dir, files, signal.SIGTERM)
+    damage(cache_dir / "index.sqlite3")
+    damaged = (cache_dir / "index.sqlite3").read_bytes()
+
+    second = await spokes.start(cache_dir)
+    (aside,) = set_aside(cache_dir)
+    assert aside.read_bytes() == damaged  # kept as it was, for a post-mortem
+    assert sum("is damaged" in line for line in second.log) == 1
+    # Whatever could be salvaged is on disk and indexed; the rest of the files went.
+    await assert_indexed_as_on_disk(http, second, cache_dir)
+    if damage is damage_header:  # nothing readable: a cold start
+        assert files_under(cache_dir / "chunks") == []
+    await read_every_object(http, second.url, files)
+    stats = await spoke_stats(http, second.url)
+    assert (stats["cached_chunks"], stats["used_bytes"]) == (CACHED_CHUNKS, CACHED_BYTES)
+    assert await spokes.stop(second, signal.SIGTERM) == 0
+
+    third = await spokes.start(cache_dir)  # the new index is sound: nothing set aside
+    assert len(set_aside(cache_dir)) == 1
+    await read_all(http, third.url, files, "HIT")
+
+
+def damage_the_by_path_index(index: Path) -> None:
+    """Garbage over the page of the index by path: the quick check fails, the chunk
+    rows themselves stay readable."""
+    db = sqlite3.connect(index)
+    (root,) = db.execute(
+        "SELECT rootpage FROM sqlite_master WHERE name = 'chunks_by_path'").fetchone()
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    with open(index, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(os.urandom(page_size))
+
+
+async def test_chunk_rows_readable_in_a_damaged_index_are_kept_when_their_files_agree(
+    hub_process: Hub, spokes: Spokes, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    hub, files = hub_process
+    cache_dir = tmp_path / "cache"
+    await cache_then_stop(spokes, http, cache_dir, files, signal.SIGTERM)
+    damage_the_by_path_index(cache_dir / "index.sqlite3")
+    # And bit rot in one chunk file (ds/partial.bin's 123-byte last chunk).
+    rotten = next(p for p in (cache_dir / "chunks").glob("*/*") if p.stat().st_size == 123)
+    rotten.write_bytes(b"\xff" + rotten.read_bytes()[1:])
+
+    sent_before = await hub_bytes_sent(http, hub.url)
+    second = await spokes.start(cache_dir)
+    assert len(set_aside(cache_dir)) == 1
+    stats = await spoke_stats(http, second.url)
+    assert stats["cached_chunks"] == CACHED_CHUNKS - 1  # all but the rotten one
+    assert not rotten.exists()
+    seen = await read_every_object(http, second.url, files)
+    assert seen == {**dict.fromkeys(READS, "HIT"), "ds/partial.bin": "PARTIAL"}
+    assert await hub_bytes_sent(http, hub.url) - sent_before == 123
+
+
+async def test_a_garbage_wal_leaves_a_consistent_cache(
+    hub_process: Hub, spokes: Spokes, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    _, files = hub_process
+    cache_dir = tmp_path / "cache"
+    # A crash: the latest rows are in the WAL, which is then overwritten with garbage.
+    await cache_then_stop(spokes, http, cache_dir, files, signal.SIGKILL)
+    wal = cache_dir / "index.sqlite3-wal"
+    wal.write_bytes(os.urandom(max(wal.stat().st_size, 64 << 10)))
+
+    second = await spokes.start(cache_dir)
+    await assert_indexed_as_on_disk(http, second, cache_dir)
+    await read_every_object(http, second.url, files)
+    stats = await spoke_stats(http, second.url)
+    assert (stats["cached_chunks"], stats["used_bytes"]) == (CACHED_CHUNKS, CACHED_BYTES)

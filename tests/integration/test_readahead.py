@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import aiohttp
 
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.servers import settled_stats
 
 
 async def stats(http: aiohttp.ClientSession, url: str) -> dict[str, int]:
@@ -27,11 +27,8 @@ async def test_a_streaming_reader_is_read_ahead_of(
         async with http.get(f"{spoke.url}/objects/ds/big.bin", headers=headers) as resp:
             assert await resp.read() == files["ds/big.bin"][i * CHUNK:(i + 1) * CHUNK]
             hits.append(resp.headers["X-Cache"])
-        for _ in range(100):  # let the read-ahead land before the next read
-            if (await stats(http, spoke.url))["hub_fetches_in_flight"] == 0:
-                break
-            await asyncio.sleep(0.01)
-    s = await stats(http, spoke.url)
+        # Let the read-ahead land (fetched and stored: only then is it counted).
+        s = await settled_stats(http, spoke.url)
     # Three reads establish the stream; after that every chunk is waiting.
     assert hits[:3] == ["MISS"] * 3 and set(hits[3:]) == {"HIT"}
     assert s["prefetched_chunks"] >= 9 and s["hub_fetches"] == s["prefetched_chunks"] + 3

@@ -113,6 +113,25 @@ def test_a_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     assert store.temp_files() == 0
 
 
+@pytest.mark.parametrize("refusing", ["makedirs", "rename"])
+def test_a_full_disk_refusing_the_chunks_directory_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusing: str
+) -> None:
+    """The bytes are written, but the disk has no block for a new bucket directory
+    (or the rename): the temp file goes too, as when the bytes themselves fail."""
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store = ChunkStore(str(tmp_path / "cache"))
+    monkeypatch.setattr(os, refusing, full)
+    with pytest.raises(OSError, match="No space"):
+        store.write("kl0001", _payload(10_000))
+    monkeypatch.undo()
+    assert not os.path.exists(store.path_of("kl0001"))
+    assert store.temp_files() == 0
+
+
 def test_concurrent_writes_keep_their_bytes_apart_and_few_buffers(tmp_path: Path) -> None:
     store = ChunkStore(str(tmp_path / "cache"))
     sizes = [(1 << 20) + i * 4099 for i in range(24)]

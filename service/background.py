@@ -1,0 +1,69 @@
+"""Errors of work nobody waits on, counted and logged without flooding the log.
+
+A long-lived task (the spoke's access-time saving, its ``--max-age`` expiry) that
+let an exception out would stop for good, and nothing would say so: one full-disk
+moment used to end expiry until the next restart. :func:`run_every` runs a step on
+an interval and lives through the step's errors. :class:`ErrorCounts` counts such
+errors by kind for ``/metrics`` and logs them once per kind per
+:data:`LOG_INTERVAL_S` (a disk that stays full fails every write; the log gets one
+line a minute about it, not one per chunk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+LOG_INTERVAL_S = 60.0
+
+
+class ErrorCounts:
+    """Errors counted by kind (a task's name, a kind of write), logged rate-limited."""
+
+    def __init__(
+        self, what: str, kinds: Iterable[str], logger: logging.Logger,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.what = what  # says what failed in the log line: "background task", ...
+        # Every known kind from the start: /metrics shows a 0 before the first error.
+        self.counts: dict[str, int] = dict.fromkeys(kinds, 0)
+        self._logger = logger
+        self._clock = clock
+        self._logged_at: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+
+    def record(self, kind: str, exc: BaseException) -> None:
+        """Count ``exc`` under ``kind``; log it unless ``kind`` was logged lately."""
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        now = self._clock()
+        last = self._logged_at.get(kind)
+        if last is not None and now - last < LOG_INTERVAL_S:
+            self._unlogged[kind] = self._unlogged.get(kind, 0) + 1
+            return
+        self._logged_at[kind] = now
+        quiet = self._unlogged.pop(kind, 0)
+        self._logger.error(
+            "%s %s failed: %s%s", self.what, kind, exc or type(exc).__name__,
+            f" ({quiet} more since the last report)" if quiet else "",
+            # The first one's traceback shows where; the rest would only repeat it.
+            exc_info=exc if last is None else None,
+        )
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+async def run_every(
+    name: str, interval_s: float, step: Callable[[], Awaitable[object]], errors: ErrorCounts,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Run ``step`` every ``interval_s`` until cancelled; its errors go to ``errors``
+    under ``name`` and the next round runs as usual."""
+    while True:
+        await sleep(interval_s)
+        try:
+            await step()
+        except Exception as exc:  # counted and logged: the loop must go on
+            errors.record(name, exc)
