@@ -6,7 +6,9 @@ It generates a dataset three times the spoke's capacity (so the spoke evicts all
 the time), starts a hub, Toxiproxy with a 60 ms latency toxic in front of it and a
 spoke with an empty cache, all on 127.0.0.1. Then, for ``--minutes``, many
 loaders read it while a fault script (``loadtest/faults.py``) toggles the link:
-latency spikes, connection resets and a 30 s outage (proxy disabled).
+latency spikes, connection resets and a 30 s outage (proxy disabled). Run as
+root, the cache sits on a tmpfs of fixed size, and the script also fills that
+disk for a while (``loadtest/diskfull.py``).
 
 The load comes from an asyncio/aiohttp generator in this process, not Locust:
 the checks need every request's phase, chunk, ``X-Cache``, status and bytes, and
@@ -18,7 +20,10 @@ and the Toxiproxy stand-in share the cores with the load. Users:
   shuffled order per epoch, with a few ``HEAD``s;
 * sequential readers: chunk-aligned 4 MiB reads, shard after shard;
 * hot readers: random samples from a few fixed chunks, all the time, so there
-  are always cached chunks being read when an outage starts.
+  are always cached chunks being read when an outage starts;
+* a straddler, during outages only: reads that start in a cached chunk and run
+  into an uncached one, of a shard nobody else reads; just before each outage its
+  cache is purged and that one chunk is read, so the next one is surely missing.
 
 Every ``--interval`` seconds it records the spoke's RSS and open fds (from /proc),
 temp files in the cache's ``tmp/``, used bytes vs capacity (``/stats`` and on disk),
@@ -33,6 +38,11 @@ prints the pass criteria with PASS/FAIL and exits 1 if any failed:
   has settled (1 s) is known cached, and every later read of it in that outage
   must succeed;
 * requests in flight during an outage fail, if at all, only with 503/504;
+* a partly cached read in an outage gets a 503/504 before any byte, never a 206
+  that is then cut;
+* no connection is ever cut (or left unanswered) before a status line;
+* with the disk full, every read is still answered, correctly (served uncached);
+* RSS stays below ``--rss-max-mb`` throughout, faults included;
 * RSS and open fds flat: the least-squares slope of their 30 s floors over the
   second half, under normal load (see :func:`floor_slope_per_min`);
 * no temp files in the cache once the load stopped, nor after SIGTERM;
@@ -65,7 +75,8 @@ import aiohttp
 import xxhash
 
 from loadtest.dataset import SAMPLE_BYTES, Shard, generate
-from loadtest.faults import NORMAL, OUTAGE, Applied, FaultInjector, plan
+from loadtest.diskfull import DiskFiller, can_mount, small_filesystem
+from loadtest.faults import DISK_FULL, NORMAL, OUTAGE, Applied, FaultInjector, plan
 from loadtest.procs import Process, start_process
 from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
 from protocol.sizes import parse_size
@@ -80,6 +91,14 @@ MAX_EXAMPLES = 8  # failure examples kept per kind
 FLOOR_BUCKET_S = 30.0  # RSS and fd floors are minima over this long (see floor_slope_per_min)
 MIN_BUCKETS = 3  # fewer floors than this in the second half: no slope worth judging
 QUIESCE_S = 30.0  # at most this long to wait for in-flight fills after the load stops
+# The cache's tmpfs holds the capacity plus this much: the index, and fills being stored.
+DISK_HEADROOM_BYTES = 128 << 20
+FRESH_OBJECTS = 64  # objects first read while the disk is full: each needs a manifest saved
+FRESH_BYTES = 256 << 10
+FRESH_PAUSE_S = 0.25
+STRADDLE_CHUNK = 1  # the straddle shard's chunk left cached before an outage
+STRADDLE_SPAN = 8 << 10  # a straddling read's bytes on each side of the chunk boundary
+STRADDLE_PAUSE_S = 0.05
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -100,6 +119,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--head-fraction", type=float, default=0.01)
     p.add_argument("--latency-ms", type=int, default=60)
     p.add_argument("--outage-s", type=float, default=30.0)
+    p.add_argument("--disk-full", choices=("auto", "on", "off"), default="auto",
+                   help="a full-disk phase (the cache on a tmpfs: needs root); auto: if root")
+    p.add_argument("--disk-full-s", type=float, default=15.0)
+    p.add_argument("--rss-max-mb", type=float, default=256.0,
+                   help="the spoke's anonymous RSS may never exceed this, faults included")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between samples")
     p.add_argument("--rss-slope-max", type=float, default=1.0, help="MB/min, second half")
     # The fd floor wanders by ±8 between 30 s buckets with the connections open (hub
@@ -107,7 +131,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # of one fd per fault or per thousand requests is far above 2.
     p.add_argument("--fd-slope-max", type=float, default=2.0, help="fds/min, second half")
     p.add_argument("--seed", type=int, default=7)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.shard_size < (STRADDLE_CHUNK + 2) * args.chunk_size:
+        p.error(f"--shard-size must hold at least {STRADDLE_CHUNK + 2} chunks (the straddler's)")
+    if args.disk_full == "on" and not can_mount():
+        p.error("--disk-full on needs root (it mounts a tmpfs for the cache)")
+    args.disk_full = args.disk_full == "on" or (args.disk_full == "auto" and can_mount())
+    return args
 
 
 # ---------------------------------------------------------------------------- reference
@@ -157,6 +187,7 @@ class Result:
     ended: float
     phase: str = NORMAL
     detail: str = ""  # the start of an error response's body (problem+json), for the report
+    cut: bool = False  # the connection failed (closed, reset, timed out) during the request
 
     @property
     def latency_s(self) -> float:
@@ -182,6 +213,14 @@ class Totals:
     hot_before_reads: int = 0  # outage reads of hot chunks HIT just before it began
     hot_before_failures: int = 0
     recovery_s: list[float] = field(default_factory=list)  # outage end -> first good fill
+    cut_before_status: int = 0  # connections that ended, or hung, before a status line
+    cut_after_head: int = 0  # answers whose head came but whose body did not
+    straddle_reads: int = 0  # partly cached reads in an outage, after it settled
+    straddle_unavailable: int = 0  # ... answered 503/504 before any byte
+    straddle_complete: int = 0  # ... answered in full (the tail was cached after all)
+    straddle_other: int = 0  # ... anything else: a cut, a wrong status
+    disk_full_reads: int = 0  # data reads in flight while the disk was full
+    disk_full_failures: int = 0
     failures_by: Counter[str] = field(default_factory=Counter)  # "phase: problem"
 
 
@@ -220,6 +259,15 @@ class Recorder:
             self._example(key, r)
         if r.problem == "wrong bytes":
             t.wrong_bytes += 1
+        if r.cut:
+            if r.status is None:
+                t.cut_before_status += 1
+                self._example("cut before a status", r)
+            else:
+                t.cut_after_head += 1
+        if r.phase == DISK_FULL and r.kind != "head":
+            t.disk_full_reads += 1
+            t.disk_full_failures += failed
         if r.x_cache == "HIT":
             t.hit_reads += 1
             t.hit_failures += failed
@@ -255,6 +303,9 @@ class Recorder:
         inside = fault.started <= r.started and (fault.ended is None or r.started <= fault.ended)
         if r.chunk is None or not inside:
             return
+        if r.kind == "straddle":
+            self._record_straddle(r, failed)
+            return
         if r.chunk in state.hot_before:
             t.hot_before_reads += 1
             t.hot_before_failures += failed
@@ -270,6 +321,17 @@ class Recorder:
         elif not failed and r.x_cache == "HIT" and r.started >= fault.started + SETTLE_S:
             state.known[r.chunk] = r.started
             t.known_cached_chunks += 1
+
+    def _record_straddle(self, r: Result, failed: bool) -> None:
+        t = self.totals
+        t.straddle_reads += 1
+        if not failed:
+            t.straddle_complete += 1
+        elif r.status in UNAVAILABLE and r.problem == f"status {r.status}":
+            t.straddle_unavailable += 1
+        else:
+            t.straddle_other += 1
+            self._example("outage: partly cached read neither 503/504 nor complete", r)
 
     def _note_recovery(self, r: Result, failed: bool) -> None:
         """Time from an outage's end to the first successful fill across the WAN."""
@@ -313,6 +375,7 @@ class Context:
         t0 = time.monotonic()
         status = x_cache = problem = None
         detail = ""
+        cut = False
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         try:
             async with self.session.get(self._url(shard), headers=headers) as resp:
@@ -322,9 +385,10 @@ class Context:
                 if resp.status != 206:
                     detail = body[:300].decode("utf-8", "replace")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            problem, detail = type(exc).__name__, str(exc)[:300]
+            problem, detail, cut = type(exc).__name__, str(exc)[:300], True
         self.recorder.record(Result(kind, (shard.path, start // self.chunk_size), status,
-                                    x_cache, problem, t0, time.monotonic(), detail=detail))
+                                    x_cache, problem, t0, time.monotonic(), detail=detail,
+                                    cut=cut))
 
     def _check(self, resp: aiohttp.ClientResponse, body: bytes, shard: Shard, start: int,
                length: int) -> str | None:
@@ -342,6 +406,7 @@ class Context:
     async def head(self, shard: Shard) -> None:
         t0 = time.monotonic()
         status = x_cache = problem = None
+        cut = False
         try:
             async with self.session.head(self._url(shard)) as resp:
                 status, x_cache = resp.status, resp.headers.get("X-Cache")
@@ -350,9 +415,9 @@ class Context:
                 elif resp.headers.get("Content-Length") != str(shard.size):
                     problem = "bad Content-Length"
         except (aiohttp.ClientError, TimeoutError) as exc:
-            problem = type(exc).__name__
+            problem, cut = type(exc).__name__, True
         self.recorder.record(Result("head", None, status, x_cache, problem, t0,
-                                    time.monotonic()))
+                                    time.monotonic(), cut=cut))
 
     def _url(self, shard: Shard) -> str:
         return f"{self.spoke_url}/objects/{quote(shard.path)}"
@@ -396,6 +461,60 @@ async def hot(ctx: Context, chunks: list[tuple[Shard, int]], rng: random.Random)
         await asyncio.sleep(0.01)
 
 
+async def straddler(ctx: Context, shard: Shard) -> None:
+    """In outages only: reads from the end of the chunk left cached into the next one."""
+    boundary = (STRADDLE_CHUNK + 1) * ctx.chunk_size
+    faults = ctx.recorder.faults
+    while ctx.running():
+        if faults.phase_at(time.monotonic()) == OUTAGE:
+            await ctx.read(shard, boundary - STRADDLE_SPAN, 2 * STRADDLE_SPAN, "straddle")
+        await asyncio.sleep(STRADDLE_PAUSE_S)
+
+
+async def newcomer(ctx: Context, fresh: list[Shard]) -> None:
+    """While the disk is full: whole reads of objects never read before, one by one.
+
+    The spoke must save each one's manifest, on a disk that refuses it.
+    """
+    unread = iter(fresh)
+    faults = ctx.recorder.faults
+    while ctx.running():
+        if faults.phase_at(time.monotonic()) == DISK_FULL:
+            shard = next(unread, None)
+            if shard is None:
+                return
+            await ctx.read(shard, 0, shard.size, "fresh")
+        await asyncio.sleep(FRESH_PAUSE_S)
+
+
+async def leave_partly_cached(ctx: Context, shard: Shard) -> None:
+    """Purge ``shard`` from the cache, then cache its chunk ``STRADDLE_CHUNK`` alone.
+
+    Runs just before each outage: the straddler's reads then start in a cached
+    chunk and end in one that is surely not cached (nobody else reads the shard,
+    and a single read does not start read-ahead). The chunk may still be being
+    stored when the link goes down; storing needs no hub. A failure here is
+    recorded and the outage goes ahead: the straddler's figures then show it.
+    """
+    try:
+        await _purge_then_cache_one_chunk(ctx, shard)
+    except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+        ctx.recorder.totals.failures_by[f"preparing the straddle: {exc}"] += 1
+
+
+async def _purge_then_cache_one_chunk(ctx: Context, shard: Shard) -> None:
+    url = f"{ctx.spoke_url}/cache/{quote(shard.path)}"
+    async with ctx.session.delete(url) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"purging {shard.path} answered {resp.status}")
+    start = STRADDLE_CHUNK * ctx.chunk_size
+    headers = {"Range": f"bytes={start}-{start + ctx.chunk_size - 1}"}
+    async with ctx.session.get(ctx._url(shard), headers=headers) as resp:
+        await resp.read()
+        if resp.status != 206:
+            raise RuntimeError(f"caching {shard.path} chunk {STRADDLE_CHUNK}: {resp.status}")
+
+
 def hot_chunks(shards: list[Shard], chunk_size: int, count: int) -> list[tuple[Shard, int]]:
     chunks_per_shard = max(1, shards[0].size // chunk_size)
     return [(shards[i // chunks_per_shard], i % chunks_per_shard) for i in range(count)]
@@ -409,6 +528,7 @@ class Sample:
     t_s: float
     phase: str
     rss_mb: float
+    anon_mb: float  # the part of RSS that is the process's own memory (RssAnon)
     fds: int
     rss_floor_mb: float  # the lowest RSS seen in the interval (sampled every 0.5 s)
     fds_floor: int  # the fewest open fds seen in the interval
@@ -425,10 +545,15 @@ class Sample:
     p99_ms: float
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A resident-memory figure of ``/proc/PID/status`` in MB.
+
+    ``VmRSS`` counts the chunk files the spoke has mapped (page cache it may drop);
+    ``RssAnon`` is the memory the process itself holds: buffers, queues, tasks.
+    """
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return math.nan
 
@@ -470,6 +595,7 @@ class Monitor:
     samples: list[Sample] = field(default_factory=list)
     max_used_bytes: int = 0
     max_disk_bytes: int = 0
+    max_anon_mb: float = 0.0
     spoke_died: bool = False
     _prev_stats: dict[str, int] = field(default_factory=dict)
     _rss_floor: float = math.inf
@@ -497,6 +623,7 @@ class Monitor:
             # RSS swings by tens of MB with the 4 MiB chunk buffers in flight; the
             # floor between swings is what a leak would lift.
             self._rss_floor = min(self._rss_floor, rss_mb(self.spoke.pid))
+            self.max_anon_mb = max(self.max_anon_mb, rss_mb(self.spoke.pid, "RssAnon"))
             self._fds_floor = min(self._fds_floor, open_fds(self.spoke.pid))
             if time.monotonic() >= next_sample:
                 await self.sample(stats)
@@ -516,7 +643,7 @@ class Monitor:
         rss, fds = rss_mb(pid), open_fds(pid)
         sample = Sample(
             t_s=round(now - self.run_started, 1), phase=self.ctx.recorder.faults.phase_at(now),
-            rss_mb=rss, fds=fds,
+            rss_mb=rss, anon_mb=rss_mb(pid, "RssAnon"), fds=fds,
             rss_floor_mb=min(self._rss_floor, rss), fds_floor=min(self._fds_floor, fds),
             tmp_files=count_files(os.path.join(self.cache_dir, "tmp")),
             used_bytes=stats["used_bytes"], disk_bytes=disk,
@@ -530,6 +657,7 @@ class Monitor:
         self.samples.append(sample)
         self._rss_floor, self._fds_floor = math.inf, 1 << 30
         print(f"t={sample.t_s:6.0f}s {sample.phase:13s} rss {sample.rss_mb:6.1f} MB "
+              f"(anon {sample.anon_mb:6.1f}) "
               f"fds {sample.fds:4d} tmp {sample.tmp_files:3d} used "
               f"{sample.used_bytes / 2**20:6.0f}/{sample.capacity_bytes / 2**20:.0f} MiB "
               f"hit {sample.hit_ratio:5.1%} p99 {sample.p99_ms:7.1f} ms "
@@ -548,6 +676,9 @@ class Setup:
     cache_dir: str
     reference: Reference
     capacity: int
+    disk: DiskFiller | None  # fills the cache's filesystem; None: no disk-full phase
+    shards: list[Shard]
+    fresh: list[Shard]  # objects nobody reads until the disk is full
 
 
 @contextmanager
@@ -556,11 +687,19 @@ def soak_setup(args: argparse.Namespace, log_dir: str) -> Iterator[Setup]:
     with ExitStack() as stack:
         data_dir = args.data_dir or stack.enter_context(_temp_dir("hubspoke-soak-data-"))
         hub_root = os.path.join(data_dir, "hub")
-        shard_count = max(1, math.ceil(args.dataset_factor * args.capacity / args.shard_size))
+        shard_count = max(2, math.ceil(args.dataset_factor * args.capacity / args.shard_size))
         print(f"generating {shard_count} shards of {args.shard_size >> 20} MiB ...", flush=True)
         shards = generate(hub_root, shard_count, args.shard_size)
-        reference = build_reference(hub_root, shards)
-        cache_dir = stack.enter_context(_temp_dir("hubspoke-soak-cache-"))
+        fresh = generate(hub_root, FRESH_OBJECTS, FRESH_BYTES, prefix="fresh")
+        reference = build_reference(hub_root, shards + fresh)
+        cache_root = stack.enter_context(_temp_dir("hubspoke-soak-cache-"))
+        disk = None
+        if args.disk_full:
+            stack.enter_context(small_filesystem(cache_root,
+                                                 args.capacity + DISK_HEADROOM_BYTES))
+            disk = DiskFiller(cache_root)
+        cache_dir = os.path.join(cache_root, "cache")
+        os.mkdir(cache_dir)
         quiet = ["--access-log", "off"]  # a line per request would fill the disk in a soak
         hub = start_process("hub", ["--root", hub_root, "--chunk-size", str(args.chunk_size),
                                     *quiet], log_dir=log_dir)
@@ -575,7 +714,8 @@ def soak_setup(args: argparse.Namespace, log_dir: str) -> Iterator[Setup]:
                                          cache_dir, "--capacity", str(args.capacity), *quiet],
                               log_dir=log_dir)
         stack.callback(spoke.stop)
-        yield Setup(hub, spoke, wan.proxy, cache_dir, reference, args.capacity)
+        yield Setup(hub, spoke, wan.proxy, cache_dir, reference, args.capacity, disk,
+                    shards, fresh)
 
 
 def _destroy_quietly(proxy: Any) -> None:
@@ -594,9 +734,11 @@ def _temp_dir(prefix: str) -> Iterator[str]:
 
 async def run_load(args: argparse.Namespace, setup: Setup) -> tuple[Monitor, Context]:
     duration = args.minutes * 60
-    windows = plan(duration, args.outage_s)
-    faults = FaultInjector(setup.proxy)
+    windows = plan(duration, args.outage_s, args.disk_full_s if setup.disk else 0.0)
+    faults = FaultInjector(setup.proxy, disk=setup.disk)
     print("faults: " + ", ".join(f"{w.kind} {w.start_s:.0f}-{w.end_s:.0f}s" for w in windows))
+    if setup.disk is None:
+        print("no disk-full phase: it needs root, to mount a tmpfs for the cache")
     users = args.users + args.sequential_users + args.hot_users
     timeout = aiohttp.ClientTimeout(total=60, sock_connect=10)
     connector = aiohttp.TCPConnector(limit=users + 4)
@@ -607,7 +749,9 @@ async def run_load(args: argparse.Namespace, setup: Setup) -> tuple[Monitor, Con
         await _check_listing(ctx)
         monitor = Monitor(ctx, setup.spoke, setup.cache_dir, args.interval, started)
         rng = random.Random(args.seed)
-        shards = setup.reference.shards
+        # The last shard is the straddler's alone (see leave_partly_cached).
+        *shards, straddle_shard = setup.shards
+        faults.before_outage = lambda: leave_partly_cached(ctx, straddle_shard)
         tasks = [loader(ctx, rng.sample(shards, min(args.shards_per_user, len(shards))),
                         random.Random(rng.random()), args.head_fraction)
                  for _ in range(args.users)]
@@ -615,6 +759,8 @@ async def run_load(args: argparse.Namespace, setup: Setup) -> tuple[Monitor, Con
                   for i in range(args.sequential_users)]
         chunks = hot_chunks(shards, args.chunk_size, args.hot_chunks)
         tasks += [hot(ctx, chunks, random.Random(rng.random())) for _ in range(args.hot_users)]
+        tasks.append(straddler(ctx, straddle_shard))
+        tasks.append(newcomer(ctx, setup.fresh))
         tasks += [faults.run(windows, started, ctx.deadline), monitor.run()]
         # Every task ends by the deadline; the margin covers requests in flight then.
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=duration + 120)
@@ -713,12 +859,11 @@ class Ending:
 
 def judge(args: argparse.Namespace, monitor: Monitor, totals: Totals, ending: Ending,
           capacity: int) -> list[Criterion]:
-    bucket_s = max(FLOOR_BUCKET_S, 5 * args.interval)
-    rss, rss_n = floor_slope_per_min(monitor.samples, "rss_floor_mb", bucket_s, args.interval)
-    fds, fds_n = floor_slope_per_min(monitor.samples, "fds_floor", bucket_s, args.interval)
-    how = f"{bucket_s:g} s floors, {{}} buckets in the second half under normal load"
-    if min(rss_n, fds_n) < MIN_BUCKETS:
-        how += f"; under {MIN_BUCKETS}: too short a run to judge, run ≥ 5 min"
+    return [*_judge_data(totals), *_judge_faults(args, monitor, totals),
+            *_judge_resources(args, monitor, ending, capacity)]
+
+
+def _judge_data(totals: Totals) -> list[Criterion]:
     return [
         Criterion("no wrong bytes ever served",
                   totals.wrong_bytes == 0 and totals.verified_reads > 0,
@@ -727,6 +872,16 @@ def judge(args: argparse.Namespace, monitor: Monitor, totals: Totals, ending: En
         Criterion("a read answered X-Cache: HIT never fails",
                   totals.hit_failures == 0 and totals.hit_reads > 0,
                   f"{totals.hit_failures} failed of {totals.hit_reads:,} HIT reads"),
+        Criterion("no connection cut before a status",
+                  totals.cut_before_status == 0 and totals.requests > 0,
+                  f"{totals.cut_before_status} of {totals.requests:,} requests "
+                  f"({totals.cut_after_head} cut after their head, in any phase)"),
+    ]
+
+
+def _judge_faults(args: argparse.Namespace, monitor: Monitor,
+                  totals: Totals) -> list[Criterion]:
+    criteria = [
         Criterion("outage: reads of chunks known cached succeed",
                   totals.outages > 0 and totals.known_cached_reads > 0
                   and totals.known_cached_failures == 0,
@@ -738,6 +893,33 @@ def judge(args: argparse.Namespace, monitor: Monitor, totals: Totals, ending: En
                   f"{totals.outage_unavailable:,} answered 503/504, "
                   f"{totals.outage_other_failures} failed otherwise, of "
                   f"{totals.outage_requests:,} requests"),
+        Criterion("outage: partly cached reads get 503/504 before any byte",
+                  totals.straddle_unavailable > 0 and totals.straddle_other == 0,
+                  f"{totals.straddle_unavailable:,} answered 503/504, "
+                  f"{totals.straddle_complete} in full, {totals.straddle_other} otherwise "
+                  f"(cut or wrong), of {totals.straddle_reads:,}"),
+    ]
+    if args.disk_full:
+        criteria.append(Criterion(
+            "disk full: every read answered, correctly",
+            totals.disk_full_reads > 0 and totals.disk_full_failures == 0,
+            f"{totals.disk_full_failures} failed of {totals.disk_full_reads:,} reads"))
+    criteria.append(Criterion(
+        f"memory held under {args.rss_max_mb:g} MB throughout, faults included",
+        0 < monitor.max_anon_mb < args.rss_max_mb,
+        f"max anonymous RSS {monitor.max_anon_mb:.0f} MB (mapped chunk files not counted)"))
+    return criteria
+
+
+def _judge_resources(args: argparse.Namespace, monitor: Monitor, ending: Ending,
+                     capacity: int) -> list[Criterion]:
+    bucket_s = max(FLOOR_BUCKET_S, 5 * args.interval)
+    rss, rss_n = floor_slope_per_min(monitor.samples, "rss_floor_mb", bucket_s, args.interval)
+    fds, fds_n = floor_slope_per_min(monitor.samples, "fds_floor", bucket_s, args.interval)
+    how = f"{bucket_s:g} s floors, {{}} buckets in the second half under normal load"
+    if min(rss_n, fds_n) < MIN_BUCKETS:
+        how += f"; under {MIN_BUCKETS}: too short a run to judge, run ≥ 5 min"
+    return [
         Criterion(f"RSS flat after warm-up (< {args.rss_slope_max} MB/min)",
                   rss < args.rss_slope_max and rss_n >= MIN_BUCKETS,
                   f"slope {rss:+.2f} MB/min ({how.format(rss_n)})"),
@@ -808,7 +990,8 @@ def write_csv(path: str, samples: list[Sample]) -> None:
             writer.writerow(asdict(s))
 
 
-FAULT_COLOURS = {"latency_spike": "tab:orange", "reset_peer": "tab:purple", "outage": "tab:red"}
+FAULT_COLOURS = {"latency_spike": "tab:orange", "reset_peer": "tab:purple", "outage": "tab:red",
+                 "disk_full": "tab:brown"}
 
 
 def plot(path: str, samples: list[Sample], faults: FaultInjector, run_started: float) -> None:
@@ -839,6 +1022,7 @@ def plot(path: str, samples: list[Sample], faults: FaultInjector, run_started: f
 def _plot_memory(ax: Any, t: list[float], samples: list[Sample]) -> None:
     ax.plot(t, [s.rss_mb for s in samples], label="RSS", color="tab:blue", alpha=0.4)
     ax.plot(t, [s.rss_floor_mb for s in samples], label="RSS floor", color="tab:blue")
+    ax.plot(t, [s.anon_mb for s in samples], label="anonymous RSS", color="tab:cyan")
     ax.set_ylabel("spoke RSS MB")
     ax.legend(loc="lower left")
     fds = ax.twinx()
