@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol.errors import BadPath, ProtocolError
+from protocol.errors import ProtocolError
 from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 
@@ -69,6 +69,10 @@ def etag_for(st: os.stat_result) -> str:
     return '"' + hashlib.blake2b(ident.encode(), digest_size=12).hexdigest() + '"'
 
 
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
+
+
 class _OpenFile:
     def __init__(self, fd: int, info: ObjectInfo) -> None:
         self._fd = fd
@@ -86,45 +90,69 @@ class _OpenFile:
 
 
 class FilesystemBackend:
-    """Objects are the regular files under ``root``; symlinks may not leave it."""
+    """Objects are the regular files under ``root``, each named by its own path only.
 
-    # Opening (realpath, open, fstat) and closing a local file are metadata calls
-    # the kernel answers from its caches in microseconds: cheaper on the event loop
-    # than the two thread hops per request they would otherwise cost.
+    No symlink below the root is followed, in any segment: a token's prefix is checked
+    against the name a client asks for, so a link would let that name serve another
+    prefix's bytes (``b/link -> ../a/x``). Without links the requested name is the
+    file's own, and the check on the name is the check on the bytes, for every token,
+    on the hub and on any spoke in front of it. The root itself may be a link: it is
+    resolved once, at start, by the operator's choice rather than a tenant's.
+    """
+
+    # Opening (a walk of the path's directories, open, fstat) and closing a local file
+    # are metadata calls the kernel answers from its caches in microseconds: cheaper on
+    # the event loop than the two thread hops per request they would otherwise cost.
     opens_quickly = True
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
 
-    def resolve(self, path: str) -> str:
-        """The real file path of object ``path``, guaranteed inside the root."""
-        validate_path(path)
-        real = os.path.realpath(os.path.join(self.root, path))
-        if os.path.commonpath([self.root, real]) != self.root or real == self.root:
-            raise BadPath("object path resolves outside the hub's root")
-        return real
-
     def stat(self, path: str) -> ObjectInfo:
-        real = self.resolve(path)
+        parent, name = self._parent(path)
         try:
-            st = os.stat(real)
-        except OSError:  # missing, a symlink loop, a name too long: no object either way
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except OSError:  # missing, a name too long: no object either way
             raise ObjectNotFound(f"no object {path!r}") from None
-        return self._info(path, st)
+        finally:
+            os.close(parent)
+        return self._info(path, st)  # a symlink is not a regular file: no object
 
     def open(self, path: str) -> OpenObject:
-        real = self.resolve(path)
+        parent, name = self._parent(path)
         try:
-            # O_NONBLOCK: opening a FIFO would otherwise block until a writer appears.
-            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:  # missing, a directory, a symlink loop: no object either way
+            # O_NOFOLLOW: a link is not an object. O_NONBLOCK: opening a FIFO would
+            # otherwise block until a writer appears.
+            fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+        except OSError:  # missing, a directory, a symlink: no object either way
             raise ObjectNotFound(f"no object {path!r}") from None
+        finally:
+            os.close(parent)
         try:
             # fstat on the open fd: the etag describes exactly the bytes we will read.
             return _OpenFile(fd, self._info(path, os.fstat(fd)))
         except BaseException:
             os.close(fd)
             raise
+
+    def _parent(self, path: str) -> tuple[int, str]:
+        """An open descriptor of ``path``'s directory, reached from the root without
+        following any link, and the last segment (the caller closes the descriptor).
+
+        Each segment is opened ``O_NOFOLLOW`` inside the one before: no moment passes
+        between a check and the open in which a directory could be swapped for a link.
+        """
+        *directories, name = validate_path(path).split("/")
+        fd = os.open(self.root, _DIRECTORY_FLAGS)
+        try:
+            for segment in directories:
+                child = os.open(segment, _DIRECTORY_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except OSError:  # missing, not a directory, a symlink: no object below it
+            os.close(fd)
+            raise ObjectNotFound(f"no object {path!r}") from None
+        return fd, name
 
     def still_current(self, info: ObjectInfo) -> bool:
         try:
@@ -136,10 +164,9 @@ class FilesystemBackend:
         validate_prefix(prefix)
         directory, _, _ = prefix.rpartition("/")
         start = os.path.join(self.root, directory) if directory else self.root
-        real_start = os.path.realpath(start)
-        # os.walk(followlinks=False) still follows a symlink given as its top: refuse
-        # to walk anything outside the root.
-        if os.path.commonpath([self.root, real_start]) != self.root:
+        # os.walk(followlinks=False) still follows a symlink given as its top: a
+        # directory reached through a link lists nothing, as it serves nothing.
+        if os.path.realpath(start) != start:
             return []
         found: list[ObjectInfo] = []
         for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
@@ -156,7 +183,7 @@ class FilesystemBackend:
         try:
             return self.stat(rel)
         except (ProtocolError, OSError):
-            return None  # unsafe names, dangling, looping or escaping symlinks are not objects
+            return None  # unsafe names and symlinks are not objects
 
     @staticmethod
     def _info(path: str, st: os.stat_result) -> ObjectInfo:
