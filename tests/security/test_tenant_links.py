@@ -21,7 +21,7 @@ import pytest
 from hub.config import HubConfig
 from loadtest.procs import start_process
 from tests.conftest import CHUNK
-from tests.security.conftest import Mint, call
+from tests.security.conftest import Mint, call, wait_warm
 from tests.support.servers import RunningServer, start_hub, start_spoke
 
 # Any window of 31 or more bytes of tenant A's object holds the whole marker.
@@ -168,11 +168,7 @@ async def assert_b_admin_cannot_pull_a_in(
     admin = mint("b", ["b/"], admin=True)
     status, _, body = await call(http, f"{url}/warm", admin, "POST", json={"prefix": "b/"})
     assert status == 202, body
-    job = json.loads(body)["id"]
-    async with asyncio.timeout(10):
-        while (doc := json.loads((await call(http, f"{url}/warm/{job}", admin))[2]))[
-                "state"] == "running":
-            await asyncio.sleep(0.02)
+    doc = await wait_warm(http, url, admin, json.loads(body)["id"])
     assert doc["bytes_total"] == len(OWN), doc
     reads = [[path, 0, 100] for path in TO_A if path.startswith("b/")]
     status, _, body = await call(http, f"{url}/plans", admin, "POST", json={"reads": reads})
