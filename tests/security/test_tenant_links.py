@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,38 +22,7 @@ from loadtest.procs import start_process
 from tests.conftest import CHUNK
 from tests.security.conftest import Mint, call, wait_warm
 from tests.support.servers import RunningServer, start_hub, start_spoke
-
-# Any window of 31 or more bytes of tenant A's object holds the whole marker.
-MARKER = b"TENANT-A-SECRET!"
-SECRET = MARKER * (3 * CHUNK // len(MARKER))
-OWN = b"b's own bytes\n" * 100
-LINKS = {  # path under b/ (or a tenant directory that is itself a link) -> target
-    "b/link-to-a.bin": "../a/secret.bin",
-    "b/dir-to-a": "../a",
-    "b/chain-1.bin": "chain-2.bin",
-    "b/chain-2.bin": "../a/secret.bin",
-    "b/abs-to-a.bin": "{root}/a/secret.bin",
-    "b/alias.bin": "own.bin",  # inside b/: still not an object, as no link is
-    "c": "a",  # a tenant directory that is a link to a sibling tenant's
-}
-# Names a b/- or c/-scoped token may ask for that lead to A's bytes.
-TO_A = ["b/link-to-a.bin", "b/dir-to-a/secret.bin", "b/chain-1.bin", "b/chain-2.bin",
-        "b/abs-to-a.bin", "c/secret.bin"]
-
-
-def plant_tenant_links(root: Path) -> None:
-    """Tenant A's secret, tenant B's own object, and B's links to A (see ``LINKS``)."""
-    (root / "a").mkdir(parents=True)
-    (root / "b").mkdir()
-    (root / "a" / "secret.bin").write_bytes(SECRET)
-    (root / "b" / "own.bin").write_bytes(OWN)
-    for link, target in LINKS.items():
-        (root / link).symlink_to(target.format(root=root))
-    assert (root / "b" / "dir-to-a" / "secret.bin").read_bytes() == SECRET
-
-
-def leaks(body: bytes) -> bool:
-    return MARKER in body
+from tests.support.tenant_links import OWN, SECRET, TO_A, files_holding_a, leaks, plant_tenant_links
 
 
 @pytest.fixture
@@ -131,7 +99,7 @@ async def test_spoke_serves_and_caches_no_tenant_a_bytes_through_b_links(
         await assert_b_admin_cannot_pull_a_in(http, spoke.url, mint)
     finally:
         await spoke.stop()
-    assert not any(leaks(data) for data in cached_files(tmp_path / "cache"))
+    assert files_holding_a(tmp_path / "cache") == []
 
 
 async def test_spoke_reader_workers_serve_no_tenant_a_bytes_through_b_links(
@@ -149,7 +117,7 @@ async def test_spoke_reader_workers_serve_no_tenant_a_bytes_through_b_links(
         await asyncio.gather(*(assert_no_route_to_a(http, spoke.url, mint) for _ in range(4)))
     finally:
         await asyncio.to_thread(spoke.stop)
-    assert not any(leaks(data) for data in cached_files(tmp_path / "cache"))
+    assert files_holding_a(tmp_path / "cache") == []
 
 
 async def read_every_link_as_root(http: aiohttp.ClientSession, url: str, mint: Mint) -> None:
@@ -173,11 +141,3 @@ async def assert_b_admin_cannot_pull_a_in(
     reads = [[path, 0, 100] for path in TO_A if path.startswith("b/")]
     status, _, body = await call(http, f"{url}/plans", admin, "POST", json={"reads": reads})
     assert status in (400, 403, 404) and not leaks(body), body
-
-
-def cached_files(cache_dir: Path) -> list[bytes]:
-    found = []
-    for dirpath, _, names in os.walk(cache_dir):
-        for name in names:
-            found.append((Path(dirpath) / name).read_bytes())
-    return found
