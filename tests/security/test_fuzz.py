@@ -838,6 +838,22 @@ def mutate(rng: random.Random, base: bytes) -> bytes:
     return bytes(data)
 
 
+async def exchange_all(
+    port: int, payloads: list[bytes], concurrency: int
+) -> list[tuple[bytes, Exchange | AssertionError]]:
+    """Each payload's exchange (``concurrency`` at a time), or why its answer was malformed."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(payload: bytes) -> tuple[bytes, Exchange | AssertionError]:
+        async with gate:
+            try:
+                return payload, await exchange(port, payload, wait=0.5)
+            except AssertionError as exc:
+                return payload, exc
+
+    return await asyncio.gather(*(one(p) for p in payloads))
+
+
 async def test_mutated_requests(
     target: Target, server_errors: Callable[[], list[str]],
     record_property: Callable[[str, object], None],
@@ -849,26 +865,19 @@ async def test_mutated_requests(
         assert ex.statuses and all(200 <= s < 300 for s in ex.statuses), (base, ex.statuses)
     payloads = [mutate(rng, rng.choice(bases)) for _ in range(MUTATED_PER_SERVER)]
     record_property("requests_sent", len(bases) + len(payloads))
-    gate = asyncio.Semaphore(32)
     outcomes: collections.Counter[str] = collections.Counter()
     problems: list[str] = []
-
-    async def run(payload: bytes) -> None:
-        async with gate:
-            try:
-                ex = await exchange(target.port, payload, wait=0.5)
-            except AssertionError as exc:  # a malformed answer, or no close after EOF
-                problems.append(f"{exc} <- {payload[:300]!r}")
-                return
+    started = time.monotonic()
+    for payload, ex in await exchange_all(target.port, payloads, concurrency=32):
+        if isinstance(ex, AssertionError):  # a malformed answer, or no close after EOF
+            problems.append(f"{ex} <- {payload[:300]!r}")
+            continue
         outcomes.update(str(s) for s in ex.statuses)
         if ex.timed_out:
             outcomes["waited for more bytes"] += 1
         elif not ex.statuses:
             outcomes["closed without answer"] += 1
         problems.extend(f"{p} <- {payload[:300]!r}" for p in check_invariants(ex))
-
-    started = time.monotonic()
-    await asyncio.gather(*(run(p) for p in payloads))
     elapsed = time.monotonic() - started
     assert not problems, "\n".join(problems[:30])
     await no_request_left_in_a_handler(target)
@@ -989,21 +998,14 @@ async def test_no_tenant_reads_a_sibling_tenants_bytes_through_symlinks(
     bases = [r for r in crafted if not r.startswith(b"HEAD ")]
     mutated = [mutate(rng, rng.choice(bases)) for _ in range(TENANT_MUTATED_PER_SERVER)]
     record_property("requests_sent", len(crafted) + len(mutated))
-    gate = asyncio.Semaphore(16)
     problems: list[str] = []
-
-    async def run(payload: bytes) -> None:
-        async with gate:
-            try:
-                ex = await exchange(tenant_target.port, payload, wait=0.5)
-            except AssertionError as exc:  # a malformed answer, or no close after EOF
-                problems.append(f"{exc} <- {payload[:200]!r}")
-                return
+    for payload, ex in await exchange_all(tenant_target.port, crafted + mutated, 16):
+        if isinstance(ex, AssertionError):  # a malformed answer, or no close after EOF
+            problems.append(f"{ex} <- {payload[:200]!r}")
+            continue
         found = check_invariants(ex)
         found += ["tenant A's bytes" for r in ex.replies if leaks(r.head + r.body)]
         problems.extend(f"{p} <- {payload[:200]!r}" for p in found)
-
-    await asyncio.gather(*(run(p) for p in crafted + mutated))
     assert not problems, "\n".join(problems[:30])
     if tenant_target.cache_dir is not None:
         await _tenant_work_settled(tenant_target.url, mint)

@@ -64,10 +64,7 @@ async def test_a_plan_is_a_404_to_every_other_tenant(
     status, _, body = await call(http, f"{spoke.url}/plans", owner, "POST", json={"reads": reads})
     assert status == 201, body
     plan_id = json.loads(body)["id"]
-    for method in ("GET", "DELETE"):
-        problem(await call(http, f"{spoke.url}/plans/{plan_id}", other, method), 404)
-    status, _, body = await call(http, f"{spoke.url}/plans", other)
-    assert status == 200 and json.loads(body)["plans"] == []
+    await assert_hidden(http, f"{spoke.url}/plans", plan_id, other)
     # Another tenant's reads naming the plan do not move its cursor.
     status, _, _ = await call(http, f"{spoke.url}/objects/ds/big.bin", other,
                               headers={"Range": f"bytes={5 * CHUNK}-{5 * CHUNK + 99}",
@@ -89,8 +86,17 @@ async def test_a_warm_job_is_a_404_to_every_other_tenant(
                                  json={"paths": ["ds/small.bin"]})
     assert status == 202, body
     job_id = json.loads(body)["id"]
-    for method in ("GET", "DELETE"):
-        problem(await call(http, f"{spoke.url}/warm/{job_id}", other, method), 404)
-    status, _, body = await call(http, f"{spoke.url}/warm", other)
-    assert status == 200 and json.loads(body)["jobs"] == []
+    await assert_hidden(http, f"{spoke.url}/warm", job_id, other)
     assert (await wait_warm(http, spoke.url, owner, job_id))["state"] == "done"
+
+
+async def assert_hidden(
+    http: aiohttp.ClientSession, collection: str, item_id: str, other: str
+) -> None:
+    """To ``other``'s token item ``item_id`` of ``collection`` does not exist: 404 to
+    reads and deletes, and absent from the listing."""
+    for method in ("GET", "DELETE"):
+        problem(await call(http, f"{collection}/{item_id}", other, method), 404)
+    status, _, body = await call(http, collection, other)
+    listed = json.loads(body)
+    assert status == 200 and [v for v in listed.values() if v] == [], listed
