@@ -136,23 +136,30 @@ class FilesystemBackend:
             raise
 
     def _parent(self, path: str) -> tuple[int, str]:
-        """An open descriptor of ``path``'s directory, reached from the root without
-        following any link, and the last segment (the caller closes the descriptor).
+        """An open descriptor of ``path``'s directory, reached without following any
+        link (:meth:`_directory`), and the last segment; the caller closes it."""
+        *directories, name = validate_path(path).split("/")
+        try:
+            return self._directory(directories), name
+        except OSError:  # missing, not a directory, a symlink: no object below it
+            raise ObjectNotFound(f"no object {path!r}") from None
+
+    def _directory(self, segments: list[str]) -> int:
+        """An open descriptor of the directory ``segments`` below the root.
 
         Each segment is opened ``O_NOFOLLOW`` inside the one before: no moment passes
         between a check and the open in which a directory could be swapped for a link.
         """
-        *directories, name = validate_path(path).split("/")
         fd = os.open(self.root, _DIRECTORY_FLAGS)
         try:
-            for segment in directories:
+            for segment in segments:
                 child = os.open(segment, _DIRECTORY_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
                 os.close(fd)
                 fd = child
-        except OSError:  # missing, not a directory, a symlink: no object below it
+        except BaseException:
             os.close(fd)
-            raise ObjectNotFound(f"no object {path!r}") from None
-        return fd, name
+            raise
+        return fd
 
     def still_current(self, info: ObjectInfo) -> bool:
         try:
@@ -163,25 +170,31 @@ class FilesystemBackend:
     def list(self, prefix: str) -> list[ObjectInfo]:
         validate_prefix(prefix)
         directory, _, _ = prefix.rpartition("/")
-        start = os.path.join(self.root, directory) if directory else self.root
-        # os.walk(followlinks=False) still follows a symlink given as its top: a
-        # directory reached through a link lists nothing, as it serves nothing.
-        if os.path.realpath(start) != start:
+        segments = directory.split("/") if directory else []
+        try:
+            top = self._directory(segments)
+        except OSError:  # missing, not a directory, a symlink: nothing listed below it
             return []
         found: list[ObjectInfo] = []
-        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-            dirnames.sort()
-            for name in sorted(filenames):
-                info = self._listed(dirpath, name)
-                if info is not None and info.path.startswith(prefix):
-                    found.append(info)
+        try:
+            # fwalk without following links, from a descriptor reached without them:
+            # a linked directory is neither the top nor entered.
+            for dirpath, _, filenames, dirfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+                base = os.path.normpath(os.path.join(directory, dirpath))
+                for name in filenames:
+                    info = self._listed(dirfd, base, name)
+                    if info is not None and info.path.startswith(prefix):
+                        found.append(info)
+        finally:
+            os.close(top)
         found.sort(key=lambda i: i.path)
         return found
 
-    def _listed(self, dirpath: str, name: str) -> ObjectInfo | None:
-        rel = os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
+    def _listed(self, dirfd: int, base: str, name: str) -> ObjectInfo | None:
+        path = name if base == "." else f"{base}/{name}"
         try:
-            return self.stat(rel)
+            st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            return self._info(validate_path(path), st)
         except (ProtocolError, OSError):
             return None  # unsafe names and symlinks are not objects
 
