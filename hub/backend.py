@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol.errors import BadPath, ProtocolError
+from protocol.errors import ProtocolError
 from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 
@@ -69,6 +69,10 @@ def etag_for(st: os.stat_result) -> str:
     return '"' + hashlib.blake2b(ident.encode(), digest_size=12).hexdigest() + '"'
 
 
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
+
+
 class _OpenFile:
     def __init__(self, fd: int, info: ObjectInfo) -> None:
         self._fd = fd
@@ -86,45 +90,76 @@ class _OpenFile:
 
 
 class FilesystemBackend:
-    """Objects are the regular files under ``root``; symlinks may not leave it."""
+    """Objects are the regular files under ``root``, each named by its own path only.
 
-    # Opening (realpath, open, fstat) and closing a local file are metadata calls
-    # the kernel answers from its caches in microseconds: cheaper on the event loop
-    # than the two thread hops per request they would otherwise cost.
+    No symlink below the root is followed, in any segment: a token's prefix is checked
+    against the name a client asks for, so a link would let that name serve another
+    prefix's bytes (``b/link -> ../a/x``). Without links the requested name is the
+    file's own, and the check on the name is the check on the bytes, for every token,
+    on the hub and on any spoke in front of it. The root itself may be a link: it is
+    resolved once, at start, by the operator's choice rather than a tenant's.
+    """
+
+    # Opening (a walk of the path's directories, open, fstat) and closing a local file
+    # are metadata calls the kernel answers from its caches in microseconds: cheaper on
+    # the event loop than the two thread hops per request they would otherwise cost.
     opens_quickly = True
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
 
-    def resolve(self, path: str) -> str:
-        """The real file path of object ``path``, guaranteed inside the root."""
-        validate_path(path)
-        real = os.path.realpath(os.path.join(self.root, path))
-        if os.path.commonpath([self.root, real]) != self.root or real == self.root:
-            raise BadPath("object path resolves outside the hub's root")
-        return real
-
     def stat(self, path: str) -> ObjectInfo:
-        real = self.resolve(path)
+        parent, name = self._parent(path)
         try:
-            st = os.stat(real)
-        except OSError:  # missing, a symlink loop, a name too long: no object either way
+            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except OSError:  # missing, a name too long: no object either way
             raise ObjectNotFound(f"no object {path!r}") from None
-        return self._info(path, st)
+        finally:
+            os.close(parent)
+        return self._info(path, st)  # a symlink is not a regular file: no object
 
     def open(self, path: str) -> OpenObject:
-        real = self.resolve(path)
+        parent, name = self._parent(path)
         try:
-            # O_NONBLOCK: opening a FIFO would otherwise block until a writer appears.
-            fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:  # missing, a directory, a symlink loop: no object either way
+            # O_NOFOLLOW: a link is not an object. O_NONBLOCK: opening a FIFO would
+            # otherwise block until a writer appears.
+            fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+        except OSError:  # missing, a directory, a symlink: no object either way
             raise ObjectNotFound(f"no object {path!r}") from None
+        finally:
+            os.close(parent)
         try:
             # fstat on the open fd: the etag describes exactly the bytes we will read.
             return _OpenFile(fd, self._info(path, os.fstat(fd)))
         except BaseException:
             os.close(fd)
             raise
+
+    def _parent(self, path: str) -> tuple[int, str]:
+        """An open descriptor of ``path``'s directory, reached without following any
+        link (:meth:`_directory`), and the last segment; the caller closes it."""
+        *directories, name = validate_path(path).split("/")
+        try:
+            return self._directory(directories), name
+        except OSError:  # missing, not a directory, a symlink: no object below it
+            raise ObjectNotFound(f"no object {path!r}") from None
+
+    def _directory(self, segments: list[str]) -> int:
+        """An open descriptor of the directory ``segments`` below the root.
+
+        Each segment is opened ``O_NOFOLLOW`` inside the one before: no moment passes
+        between a check and the open in which a directory could be swapped for a link.
+        """
+        fd = os.open(self.root, _DIRECTORY_FLAGS)
+        try:
+            for segment in segments:
+                child = os.open(segment, _DIRECTORY_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def still_current(self, info: ObjectInfo) -> bool:
         try:
@@ -135,28 +170,33 @@ class FilesystemBackend:
     def list(self, prefix: str) -> list[ObjectInfo]:
         validate_prefix(prefix)
         directory, _, _ = prefix.rpartition("/")
-        start = os.path.join(self.root, directory) if directory else self.root
-        real_start = os.path.realpath(start)
-        # os.walk(followlinks=False) still follows a symlink given as its top: refuse
-        # to walk anything outside the root.
-        if os.path.commonpath([self.root, real_start]) != self.root:
+        segments = directory.split("/") if directory else []
+        try:
+            top = self._directory(segments)
+        except OSError:  # missing, not a directory, a symlink: nothing listed below it
             return []
         found: list[ObjectInfo] = []
-        for dirpath, dirnames, filenames in os.walk(start, followlinks=False):
-            dirnames.sort()
-            for name in sorted(filenames):
-                info = self._listed(dirpath, name)
-                if info is not None and info.path.startswith(prefix):
-                    found.append(info)
+        try:
+            # fwalk without following links, from a descriptor reached without them:
+            # a linked directory is neither the top nor entered.
+            for dirpath, _, filenames, dirfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+                base = os.path.normpath(os.path.join(directory, dirpath))
+                for name in filenames:
+                    info = self._listed(dirfd, base, name)
+                    if info is not None and info.path.startswith(prefix):
+                        found.append(info)
+        finally:
+            os.close(top)
         found.sort(key=lambda i: i.path)
         return found
 
-    def _listed(self, dirpath: str, name: str) -> ObjectInfo | None:
-        rel = os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
+    def _listed(self, dirfd: int, base: str, name: str) -> ObjectInfo | None:
+        path = name if base == "." else f"{base}/{name}"
         try:
-            return self.stat(rel)
+            st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            return self._info(validate_path(path), st)
         except (ProtocolError, OSError):
-            return None  # unsafe names, dangling, looping or escaping symlinks are not objects
+            return None  # unsafe names and symlinks are not objects
 
     @staticmethod
     def _info(path: str, st: os.stat_result) -> ObjectInfo:

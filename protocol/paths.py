@@ -1,8 +1,9 @@
 """Object path validation, shared by hub, spoke and clients.
 
 An object path is a relative, '/'-separated name such as ``dataset/shard-0001.bin``.
-The hub additionally checks that the resolved file stays inside its root
-(:func:`hub.backend.FilesystemBackend.resolve`); this module is the pure half.
+The hub additionally reaches the file without following any link, so a name is
+only ever its own file (:class:`hub.backend.FilesystemBackend`); this module is the
+pure half.
 """
 
 from __future__ import annotations

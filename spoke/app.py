@@ -89,7 +89,7 @@ def routes(config: SpokeConfig) -> RouteTable:
         ("GET", "/stats"): Access.ADMIN,
         ("DELETE", "/cache/{path}"): Access.ADMIN_OBJECT,
         ("POST", "/plans"): Access.TOKEN,  # the handler checks each planned path
-        ("GET", "/plans"): Access.ADMIN,  # lists every tenant's plan ids
+        ("GET", "/plans"): Access.ADMIN,  # lists the plans of the admin's own tenant
         ("GET", "/plans/{id}"): Access.TOKEN,  # ids are 64 random bits
         ("DELETE", "/plans/{id}"): Access.TOKEN,
         ("POST", "/warm"): Access.ADMIN,

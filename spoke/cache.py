@@ -398,6 +398,10 @@ class ChunkCache:
         """Bytes cached per tenant (the tenant whose read brought each chunk in)."""
         return dict(self._resident.tenant_bytes)
 
+    def tenant_bytes_under(self, covered: Callable[[str], bool]) -> dict[str, int]:
+        """:attr:`tenant_bytes`, counting only the chunks of objects ``covered`` accepts."""
+        return self._resident.tenant_bytes_under(covered)
+
     @property
     def hub_chunk_size(self) -> int | None:
         """The hub's chunk size, from its ``/healthz`` or its latest manifest."""
@@ -676,16 +680,16 @@ class ChunkCache:
         would_keep = getattr(self.policy, "would_keep", None)
         return True if would_keep is None else bool(would_keep(ChunkKey.of(manifest, index).name))
 
-    async def prefetch(self, manifest: Manifest, index: int) -> bool:
+    async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
         """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
 
         Not a loader lookup: hits and misses are not counted, and the hub fetch
-        yields to demand fetches.
+        yields to demand fetches. ``tenant`` is whose job this is, as in :meth:`get`.
         """
         key = ChunkKey.of(manifest, index)
         if key.name in self._resident:
             return False
-        _, task, joined = self._flight(key, manifest, "", background=True)
+        _, task, joined = self._flight(key, manifest, tenant, background=True)
         if not joined:
             # Marked now: a loader may read it from memory while it is being stored.
             self._prefetched[key.name] = None

@@ -80,7 +80,7 @@ class FastObjectReads:
                 reads.observe_latency("HIT", time.perf_counter() - started)
                 return reply
             try:
-                prepared = reads.prepare(head.method, head.headers, path, manifest, False)
+                prepared = reads.prepare(head.method, head.headers, path, manifest, False, tenant)
                 reply = _answer_now(reads, hits, conn, head, prepared, manifest)
             except ProtocolError as exc:
                 reply = _problem(conn, head, exc)
@@ -132,7 +132,7 @@ async def _serve(
 ) -> Reply:
     if prepared is None or manifest is None:
         manifest, stale = await reads.cache.manifest(path)
-        prepared = reads.prepare(head.method, head.headers, path, manifest, stale)
+        prepared = reads.prepare(head.method, head.headers, path, manifest, stale, tenant)
     reader = reads.reader(manifest, tenant)
     first = prepared.first_chunk
     primed = first is not None and not (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 
@@ -9,6 +10,7 @@ import msgpack
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from protocol.auth import allows
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
 from protocol.paths import validate_path, validate_prefix
@@ -55,9 +57,9 @@ async def _serve(
     request: web.Request, path: str, manifest: Manifest, stale: bool
 ) -> web.StreamResponse:
     reads = request.app[READS]
-    prepared = reads.prepare(request.method, request.headers, path, manifest, stale)
-    claims = request.get(CLAIMS)
-    reader = reads.reader(manifest, claims.tenant if claims is not None else "")
+    tenant = _tenant(request)
+    prepared = reads.prepare(request.method, request.headers, path, manifest, stale, tenant)
+    reader = reads.reader(manifest, tenant)
     if prepared.first_chunk is not None:
         await reader.prime(prepared.first_chunk, prepared.plan.ranges[0])
 
@@ -78,8 +80,20 @@ async def get_list(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=content_type)
 
 
+def _tenant(request: web.Request) -> str:
+    """Whose request this is: the token's tenant, or ``""`` when auth is off."""
+    claims = request.get(CLAIMS)
+    return claims.tenant if claims is not None else ""
+
+
 async def get_stats(request: web.Request) -> web.Response:
-    snapshot = stats_snapshot(request.app[CACHE])
+    """The spoke's counters; ``tenant_bytes`` counts only the objects the admin's
+    token covers (the rest is spoke-wide totals, which name no tenant or path)."""
+    claims = request.get(CLAIMS)
+    covered = None
+    if claims is not None and "" not in claims.prefixes:
+        covered = functools.partial(allows, claims)
+    snapshot = stats_snapshot(request.app[CACHE], covered)
     readers = request.app.get(READERS)
     if readers is not None:
         snapshot["reader_workers"] = readers.alive
@@ -117,10 +131,10 @@ async def start_warm(request: web.Request) -> web.Response:
             raise BadRequestBody('"paths" must be a list of object paths')
         paths = [validate_path(p) for p in paths]
         check_paths(request, paths)
-        job = request.app[WARM].start(paths=paths)
+        job = request.app[WARM].start(paths=paths, claims=request.get(CLAIMS))
     elif isinstance(prefix, str):
         check_prefix(request, validate_prefix(prefix))
-        job = request.app[WARM].start(prefix=validate_prefix(prefix))
+        job = request.app[WARM].start(prefix=validate_prefix(prefix), claims=request.get(CLAIMS))
     else:
         raise BadRequestBody('"prefix" must be a string')
     return web.json_response(job.snapshot(), status=202,
@@ -128,15 +142,18 @@ async def start_warm(request: web.Request) -> web.Response:
 
 
 async def get_warm(request: web.Request) -> web.Response:
-    return web.json_response(request.app[WARM].get(request.match_info["id"]).snapshot())
+    job = request.app[WARM].get(request.match_info["id"], _tenant(request))
+    return web.json_response(job.snapshot())
 
 
 async def list_warm(request: web.Request) -> web.Response:
-    return web.json_response({"jobs": [j.snapshot() for j in request.app[WARM].jobs()]})
+    jobs = request.app[WARM].jobs(_tenant(request))
+    return web.json_response({"jobs": [j.snapshot() for j in jobs]})
 
 
 async def cancel_warm(request: web.Request) -> web.Response:
-    return web.json_response(request.app[WARM].cancel(request.match_info["id"]).snapshot())
+    job = request.app[WARM].cancel(request.match_info["id"], _tenant(request))
+    return web.json_response(job.snapshot())
 
 
 async def create_plan(request: web.Request) -> web.Response:
@@ -149,7 +166,7 @@ async def create_plan(request: web.Request) -> web.Response:
         raise BadRequestBody(f"a plan holds at most {MAX_PLAN_READS} reads")
     planned = [_planned_read(r) for r in reads]
     check_paths(request, {p.path for p in planned})  # a tenant plans only what it may read
-    plan = await request.app[PLANS].create(planned)
+    plan = await request.app[PLANS].create(planned, _tenant(request))
     return web.json_response(_plan_view(plan), status=201,
                              headers={"Location": f"/plans/{plan.id}"})
 
@@ -169,15 +186,17 @@ def _plan_view(plan: ReadPlan) -> dict[str, object]:
 
 
 async def get_plan(request: web.Request) -> web.Response:
-    return web.json_response(_plan_view(request.app[PLANS].get(request.match_info["id"])))
+    plan = request.app[PLANS].get(request.match_info["id"], _tenant(request))
+    return web.json_response(_plan_view(plan))
 
 
 async def list_plans(request: web.Request) -> web.Response:
-    return web.json_response({"plans": [_plan_view(p) for p in request.app[PLANS].plans()]})
+    plans = request.app[PLANS].plans(_tenant(request))
+    return web.json_response({"plans": [_plan_view(p) for p in plans]})
 
 
 async def delete_plan(request: web.Request) -> web.Response:
-    await request.app[PLANS].delete(request.match_info["id"])
+    await request.app[PLANS].delete(request.match_info["id"], _tenant(request))
     return web.json_response({"deleted": request.match_info["id"]})
 
 

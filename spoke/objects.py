@@ -86,17 +86,17 @@ class ObjectReads:
 
     def prepare(
         self, method: str, headers: Mapping[str, str], path: str, manifest: Manifest,
-        stale: bool,
+        stale: bool, tenant: str = "",
     ) -> Prepared:
-        """Plan the answer to a read of ``manifest``'s version; raises the plan's
-        :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
+        """Plan the answer to ``tenant``'s read of ``manifest``'s version; raises the
+        plan's :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
         rep = representation(manifest, path)
         plan = plan_response(method, headers, rep, new_boundary())
         x_cache = self._x_cache(manifest, plan)
         plan_id = headers.get(PLAN_HEADER)
         ranges = plan.ranges
         if plan_id is not None:
-            self.plans.observe(plan_id, path, [r.start for r in ranges])
+            self.plans.observe(plan_id, tenant, path, [r.start for r in ranges])
         first_chunk = None
         if method == "GET" and ranges and plan.status in (200, 206):
             self.readahead.observe(manifest, ranges)

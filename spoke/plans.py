@@ -9,6 +9,10 @@ Belady's rule (:mod:`spoke.plan_policy`).
 
 The reader's position is learnt from its reads: requests carrying
 ``X-Hubspoke-Plan: <id>`` move that plan's cursor to the chunk they touched.
+
+A plan belongs to the tenant that made it: only that tenant's requests see it,
+delete it or move its cursor; to anyone else it does not exist (404, never 403,
+so an id says nothing), and its prefetches count against its tenant's quota.
 """
 
 from __future__ import annotations
@@ -66,8 +70,10 @@ class ReadPlan:
         touched: list[list[int]],
         names: list[str],
         where: dict[str, tuple[Manifest, int]],
+        tenant: str = "",
     ) -> None:
         self.id = plan_id
+        self.tenant = tenant
         self.reads = len(reads)
         self.where = where
         self._names = names
@@ -179,7 +185,7 @@ class PlanRegistry:
                     best = (distance, plan_id)
         return None if best is None else best[1]
 
-    async def create(self, reads: Iterable[PlannedRead]) -> ReadPlan:
+    async def create(self, reads: Iterable[PlannedRead], tenant: str = "") -> ReadPlan:
         manifests: dict[str, Manifest] = {}
         planned: list[tuple[int, int]] = []
         touched: list[list[int]] = []
@@ -201,30 +207,36 @@ class PlanRegistry:
                 where.setdefault(name, (manifest, s.index))
             planned.append((self._object_ids[read.path], read.offset))
             touched.append(chunks)
-        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where)
+        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant)
         self._plans[plan.id] = plan
         self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan))
         return plan
 
-    def get(self, plan_id: str) -> ReadPlan:
+    def get(self, plan_id: str, tenant: str = "") -> ReadPlan:
+        """Plan ``plan_id`` if ``tenant`` made it (another tenant's is not found)."""
         plan = self._plans.get(plan_id)
-        if plan is None:
+        if plan is None or plan.tenant != tenant:
             raise PlanNotFound(f"no plan {plan_id!r}")
         return plan
 
-    def plans(self) -> list[ReadPlan]:
-        return list(self._plans.values())
+    def plans(self, tenant: str | None = None) -> list[ReadPlan]:
+        """The plans ``tenant`` made; every plan when ``tenant`` is None."""
+        return [p for p in self._plans.values() if tenant is None or p.tenant == tenant]
 
-    def observe(self, plan_id: str, path: str, offsets: Iterable[int]) -> None:
-        """Reads of ``offsets`` in ``path`` that follow plan ``plan_id`` arrived."""
+    def observe(self, plan_id: str, tenant: str, path: str, offsets: Iterable[int]) -> None:
+        """Reads by ``tenant`` of ``offsets`` in ``path`` that follow plan ``plan_id``
+        arrived (another tenant's reads do not move the plan)."""
         plan = self._plans.get(plan_id)
         object_id = self._object_ids.get(path)
-        if plan is not None and object_id is not None:
+        if plan is not None and plan.tenant == tenant and object_id is not None:
             for offset in offsets:
                 plan.observe(object_id, offset)
 
-    async def delete(self, plan_id: str) -> None:
-        self.get(plan_id)
+    async def delete(self, plan_id: str, tenant: str = "") -> None:
+        self.get(plan_id, tenant)
+        await self._remove(plan_id)
+
+    async def _remove(self, plan_id: str) -> None:
         del self._plans[plan_id]
         task = self._tasks.pop(plan_id)
         task.cancel()
@@ -232,7 +244,7 @@ class PlanRegistry:
 
     async def close(self) -> None:
         for plan_id in list(self._plans):
-            await self.delete(plan_id)
+            await self._remove(plan_id)
 
     async def _prefetch(self, plan: ReadPlan) -> None:
         """Keep the window of chunks ahead of the plan's cursor cached."""
@@ -279,7 +291,7 @@ class PlanRegistry:
     async def _fetch(self, plan: ReadPlan, name: str) -> None:
         manifest, index = plan.where[name]
         try:
-            await self.cache.prefetch(manifest, index)
+            await self.cache.prefetch(manifest, index, plan.tenant)
         except ProtocolError as exc:
             logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
                         manifest.path, index, exc)

@@ -8,7 +8,7 @@ the per-tenant quota and ``--max-age`` are all read off it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 
@@ -65,6 +65,14 @@ class ResidentSet:
         if held:
             self._per_path[resident.path] = held
         return resident
+
+    def tenant_bytes_under(self, covered: Callable[[str], bool]) -> dict[str, int]:
+        """Bytes per tenant of the chunks whose object path ``covered`` accepts."""
+        tally: dict[str, int] = {}
+        for resident in self._chunks.values():
+            if covered(resident.path):
+                tally[resident.tenant] = tally.get(resident.tenant, 0) + resident.size
+        return tally
 
     def holds_any_of(self, path: str) -> bool:
         """Whether any chunk of object ``path`` (of any version) is on disk."""

@@ -170,8 +170,11 @@ def _reader(stats: SpokeStats, field: str) -> Callable[[], float]:
     return lambda: getattr(stats, field)
 
 
-def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
-    """The /stats document: the contract's keys plus the WAN figures."""
+def stats_snapshot(
+    cache: ChunkCache, covered: Callable[[str], bool] | None = None
+) -> dict[str, object]:
+    """The /stats document: the contract's keys plus the WAN figures; ``tenant_bytes``
+    counts only the objects ``covered`` accepts (all of them when it is None)."""
     snapshot: dict[str, object] = dict(asdict(cache.stats))
     snapshot.update(
         used_bytes=cache.used_bytes,
@@ -189,7 +192,7 @@ def stats_snapshot(cache: ChunkCache) -> dict[str, object]:
         breaker_rejected=cache.breaker.rejected_total,
         hub_fetch_p50_s=cache.fetch_latency.quantile(0.5),
         hub_fetch_p99_s=cache.fetch_latency.quantile(0.99),
-        tenant_bytes=cache.tenant_bytes,
+        tenant_bytes=cache.tenant_bytes if covered is None else cache.tenant_bytes_under(covered),
         pinned_bytes=cache.pinned_bytes,
         hit_ratio=_ratio(cache.stats.hits, cache.stats.hits + cache.stats.misses),
         byte_hit_ratio=_ratio(cache.stats.bytes_served_hit,

@@ -3,6 +3,11 @@
 A job lists what it must fetch, then fetches missing chunks as background work
 (bounded concurrency, yielding to loaders' demand fetches) while counting
 progress, so an operator can watch bytes, rate and ETA, and cancel.
+
+A job belongs to the tenant that started it: its chunks count against that
+tenant's quota, and other tenants cannot see or cancel it (404, as for a job that
+does not exist). A prefix matches whole segments, as token prefixes do: ``b``
+warms ``b`` and ``b/...``, never ``bank/...``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from protocol.auth import Claims, allows, path_allowed
 from protocol.chunks import chunk_bounds
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
@@ -36,6 +42,8 @@ class WarmJob:
     id: str
     paths: list[str] | None
     prefix: str | None
+    tenant: str = ""
+    claims: Claims | None = None  # what the starter may read; None when auth is off
     state: str = RUNNING
     bytes_total: int = 0
     bytes_done: int = 0
@@ -77,8 +85,12 @@ class WarmJobs:
         self._keep = keep
         self._jobs: OrderedDict[str, WarmJob] = OrderedDict()
 
-    def start(self, paths: list[str] | None = None, prefix: str | None = None) -> WarmJob:
-        job = WarmJob(id=secrets.token_hex(8), paths=paths, prefix=prefix)
+    def start(
+        self, paths: list[str] | None = None, prefix: str | None = None,
+        claims: Claims | None = None,
+    ) -> WarmJob:
+        tenant = claims.tenant if claims is not None else ""
+        job = WarmJob(secrets.token_hex(8), paths, prefix, tenant, claims)
         job.task = asyncio.create_task(self._run(job))
         self._jobs[job.id] = job
         while len(self._jobs) > self._keep:
@@ -88,17 +100,19 @@ class WarmJobs:
             self._jobs.popitem(last=False)
         return job
 
-    def get(self, job_id: str) -> WarmJob:
+    def get(self, job_id: str, tenant: str = "") -> WarmJob:
+        """Job ``job_id`` if ``tenant`` started it (another tenant's is not found)."""
         job = self._jobs.get(job_id)
-        if job is None:
+        if job is None or job.tenant != tenant:
             raise WarmJobNotFound(f"no warm job {job_id!r}")
         return job
 
-    def jobs(self) -> list[WarmJob]:
-        return list(self._jobs.values())
+    def jobs(self, tenant: str | None = None) -> list[WarmJob]:
+        """The jobs ``tenant`` started; every job when ``tenant`` is None."""
+        return [j for j in self._jobs.values() if tenant is None or j.tenant == tenant]
 
-    def cancel(self, job_id: str) -> WarmJob:
-        job = self.get(job_id)
+    def cancel(self, job_id: str, tenant: str = "") -> WarmJob:
+        job = self.get(job_id, tenant)
         if job.state == RUNNING and job.task is not None:
             job.task.cancel()
             job.state = CANCELLED
@@ -136,8 +150,12 @@ class WarmJobs:
     async def _plan(self, job: WarmJob) -> list[Manifest]:
         paths = job.paths
         if paths is None:
-            listed = await self.cache.hub.list_objects(job.prefix or "")
-            paths = [path for path, _ in listed]
+            prefix = job.prefix or ""
+            listed = await self.cache.hub.list_objects(prefix)
+            # The hub lists by string prefix (``b`` lists ``bank/``): keep whole segments,
+            # and only what the job's starter may read.
+            paths = [path for path, _ in listed if path_allowed(prefix, path)
+                     and (job.claims is None or allows(job.claims, path))]
         manifests = []
         for path in paths:
             try:
@@ -161,7 +179,7 @@ class WarmJobs:
 
     async def _fetch_one(self, job: WarmJob, manifest: Manifest, index: int) -> None:
         try:
-            fetched = await self.cache.prefetch(manifest, index)
+            fetched = await self.cache.prefetch(manifest, index, job.tenant)
         except ProtocolError as exc:
             job.fail(f"{manifest.path} chunk {index}: {exc}")
             return

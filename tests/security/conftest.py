@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -111,3 +112,17 @@ def problem(response: Response, status: int) -> dict[str, object]:
     assert isinstance(doc, dict)
     assert doc["status"] == status and doc["title"] and doc["detail"]
     return doc
+
+
+async def wait_warm(
+    http: aiohttp.ClientSession, url: str, token: str, job_id: str
+) -> dict[str, object]:
+    """Warm job ``job_id`` once it has finished, as ``token`` sees it (10 s at most)."""
+    for _ in range(400):
+        response = await call(http, f"{url}/warm/{job_id}", token)
+        assert response[0] == 200, response[2]
+        job: dict[str, object] = json.loads(response[2])
+        if job["state"] != "running":
+            return job
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"warm job {job_id} still running")

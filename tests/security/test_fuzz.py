@@ -28,7 +28,7 @@ import os
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +38,21 @@ import msgpack
 import pytest
 from aiohttp.http_exceptions import HttpProcessingError
 
+from hub.config import HubConfig
 from service.limits import LIMIT
 from spoke.app import MAX_BODY_BYTES
-from tests.conftest import SpokeFactory
-from tests.support.servers import RunningServer
+from spoke.config import SpokeConfig
+from tests.conftest import CHUNK, SpokeFactory
+from tests.security.conftest import Mint, call
+from tests.support.servers import (
+    Process,
+    RunningServer,
+    settled_stats,
+    start_hub,
+    start_process,
+    start_spoke,
+)
+from tests.support.tenant_links import OWN, TO_A, files_holding_a, leaks, plant_tenant_links
 
 Dataset = tuple[Path, dict[str, bytes]]
 
@@ -250,7 +261,7 @@ def plant_hostile_files(root: Path) -> None:
     os.mkfifo(root / "ds" / "fifo.bin")  # opening it must not block the server
 
 
-def check_invariants(target: Target, ex: Exchange) -> list[str]:
+def check_invariants(ex: Exchange) -> list[str]:
     """What is wrong with any answer to any request, whatever was sent."""
     problems = []
     for reply in ex.replies:
@@ -718,7 +729,7 @@ async def _run_cases(target: Target, cases: list[Case]) -> list[str]:
                                     pieces=list(case.pieces))
             except AssertionError as exc:  # a malformed answer, or no close after EOF
                 return [f"{case.name}: {exc}"]
-        problems = check_invariants(target, ex)
+        problems = check_invariants(ex)
         finals = [r for r in ex.replies if r.status >= 200]
         problems += [f"answered {r.status}" for r in finals if r.status not in case.allowed]
         if case.answered and not finals:
@@ -827,6 +838,22 @@ def mutate(rng: random.Random, base: bytes) -> bytes:
     return bytes(data)
 
 
+async def exchange_all(
+    port: int, payloads: list[bytes], concurrency: int
+) -> list[tuple[bytes, Exchange | AssertionError]]:
+    """Each payload's exchange (``concurrency`` at a time), or why its answer was malformed."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(payload: bytes) -> tuple[bytes, Exchange | AssertionError]:
+        async with gate:
+            try:
+                return payload, await exchange(port, payload, wait=0.5)
+            except AssertionError as exc:
+                return payload, exc
+
+    return await asyncio.gather(*(one(p) for p in payloads))
+
+
 async def test_mutated_requests(
     target: Target, server_errors: Callable[[], list[str]],
     record_property: Callable[[str, object], None],
@@ -838,26 +865,19 @@ async def test_mutated_requests(
         assert ex.statuses and all(200 <= s < 300 for s in ex.statuses), (base, ex.statuses)
     payloads = [mutate(rng, rng.choice(bases)) for _ in range(MUTATED_PER_SERVER)]
     record_property("requests_sent", len(bases) + len(payloads))
-    gate = asyncio.Semaphore(32)
     outcomes: collections.Counter[str] = collections.Counter()
     problems: list[str] = []
-
-    async def run(payload: bytes) -> None:
-        async with gate:
-            try:
-                ex = await exchange(target.port, payload, wait=0.5)
-            except AssertionError as exc:  # a malformed answer, or no close after EOF
-                problems.append(f"{exc} <- {payload[:300]!r}")
-                return
+    started = time.monotonic()
+    for payload, ex in await exchange_all(target.port, payloads, concurrency=32):
+        if isinstance(ex, AssertionError):  # a malformed answer, or no close after EOF
+            problems.append(f"{ex} <- {payload[:300]!r}")
+            continue
         outcomes.update(str(s) for s in ex.statuses)
         if ex.timed_out:
             outcomes["waited for more bytes"] += 1
         elif not ex.statuses:
             outcomes["closed without answer"] += 1
-        problems.extend(f"{p} <- {payload[:300]!r}" for p in check_invariants(target, ex))
-
-    started = time.monotonic()
-    await asyncio.gather(*(run(p) for p in payloads))
+        problems.extend(f"{p} <- {payload[:300]!r}" for p in check_invariants(ex))
     elapsed = time.monotonic() - started
     assert not problems, "\n".join(problems[:30])
     await no_request_left_in_a_handler(target)
@@ -865,6 +885,152 @@ async def test_mutated_requests(
     assert not server_errors(), "\n".join(server_errors()[:30])
     print(f"\n{target.kind}: {len(payloads)} mutated requests in {elapsed:.1f} s: "
           f"{dict(sorted(outcomes.items()))}")
+
+
+# ---------------------------------------------------------------------------
+# symlinks under tenant prefixes, with tokens on (tests/support/tenant_links.py)
+
+TENANT_MUTATED_PER_SERVER = 300
+
+
+@dataclass
+class TenantTarget:
+    kind: str  # "hub" | "spoke" | "spoke --workers 2"
+    url: str
+    port: int
+    cache_dir: Path | None  # a spoke's, to look for A's bytes in afterwards
+
+
+@pytest.fixture(params=["hub", "spoke", "spoke --workers 2"])
+async def tenant_target(
+    request: pytest.FixtureRequest, tmp_path: Path, secret_file: Path, mint: Mint
+) -> AsyncIterator[TenantTarget]:
+    root = tmp_path / "tenants"
+    plant_tenant_links(root)
+    hub = await start_hub(HubConfig(root=str(root), chunk_size=CHUNK,
+                                    auth_secret_file=str(secret_file)))
+    hub_token = tmp_path / "hub-token"
+    hub_token.write_text(mint("spoke-1", [""]) + "\n")
+    cache_dir = tmp_path / "cache"
+    spoke: RunningServer | None = None
+    process: Process | None = None
+    if request.param == "hub":
+        url, cache = hub.url, None
+    elif request.param == "spoke":
+        spoke = await start_spoke(SpokeConfig(
+            hub_url=hub.url, cache_dir=str(cache_dir), capacity_bytes=64 << 20,
+            auth_secret_file=str(secret_file), hub_token_file=str(hub_token)))
+        url, cache = spoke.url, cache_dir
+    else:
+        process = await asyncio.to_thread(start_process, "spoke", [
+            "--hub", hub.url, "--cache-dir", str(cache_dir), "--capacity", "64MiB",
+            "--workers", "2", "--auth-secret-file", str(secret_file),
+            "--hub-token-file", str(hub_token), "--access-log", "off",
+            "--log-level", "warning"])
+        url, cache = process.url, cache_dir
+    try:
+        yield TenantTarget(request.param, url, int(url.rsplit(":", 1)[1]), cache)
+    finally:
+        if process is not None:
+            await asyncio.to_thread(process.stop)
+        if spoke is not None:
+            await spoke.stop()
+        await hub.stop()
+
+
+def _bearer(token: str) -> bytes:
+    return f"Authorization: Bearer {token}\r\n".encode()
+
+
+def _spellings(path: str) -> list[bytes]:
+    """``path`` as written, with its last segment percent-encoded, and with every
+    segment's first character percent-encoded."""
+    *dirs, last = path.split("/")
+    whole = "".join(f"%{b:02x}" for b in last.encode())
+    first = "/".join(f"%{ord(s[0]):02x}{s[1:]}" for s in path.split("/"))
+    return [path.encode(), "/".join([*dirs, whole]).encode(), first.encode()]
+
+
+READ_HEADERS = [b"", b"Range: bytes=0-99\r\n", b"Range: bytes=0-9,70000-70099,-50\r\n",
+                b'If-Range: "x"\r\nRange: bytes=100-\r\n', b"If-None-Match: *\r\n"]
+
+
+def tenant_requests(kind: str, mint: Mint) -> list[bytes]:
+    """Every request a ``b/`` or ``c/`` token (or the spoke's own root-scoped kind of
+    token) could make that names B's links to A: reads in every spelling, manifests,
+    listings, plans, warm jobs and purges."""
+    b, c, root = _bearer(mint("b", ["b/"])), _bearer(mint("c", ["c/"])), _bearer(mint("ops", [""]))
+    b_admin, c_admin = _bearer(mint("b", ["b/"], admin=True)), _bearer(mint("c", ["c/"],
+                                                                          admin=True))
+    spoke = kind != "hub"
+    out: list[bytes] = []
+    for path in [*TO_A, "b/alias.bin"]:
+        token, admin = (c, c_admin) if path.startswith("c/") else (b, b_admin)
+        for spelled in _spellings(path):
+            for extra in READ_HEADERS:
+                out.append(request(b"/objects/" + spelled, headers=token + extra))
+            out.append(request(b"/objects/" + spelled, method=b"HEAD", headers=token))
+            out.append(request(b"/objects/" + spelled, headers=root))
+            if not spoke:
+                out.append(request(b"/manifest/" + spelled, headers=token))
+        if spoke:
+            read = json.dumps({"reads": [[path, 0, 100], [path, 70000, 100]]}).encode()
+            out.append(post(b"/plans", read, extra=token))
+            out.append(post(b"/warm", json.dumps({"paths": [path]}).encode(), extra=admin))
+            out.append(request(b"/cache/" + path.encode(), method=b"DELETE", headers=admin))
+    for prefix in (b"b", b"b/", b"b/dir-to-a", b"b/dir-to-a/", b"b/dir-chain/", b"c", b"c/"):
+        token, admin = (c, c_admin) if prefix.startswith(b"c") else (b, b_admin)
+        for accept in (b"", b"Accept: application/msgpack\r\n"):
+            out.append(request(b"/list/" + prefix, headers=token + accept))
+        if spoke:
+            out.append(post(b"/warm", b'{"prefix": "' + prefix + b'"}', extra=admin))
+    return out
+
+
+async def test_no_tenant_reads_a_sibling_tenants_bytes_through_symlinks(
+    tenant_target: TenantTarget, mint: Mint, server_errors: Callable[[], list[str]],
+    record_property: Callable[[str, object], None],
+) -> None:
+    crafted = tenant_requests(tenant_target.kind, mint)
+    rng = random.Random(f"{SEED}-tenants-{tenant_target.kind}")
+    # Not HEADs: one mutated out of Connection: close leaves the reader unable to tell
+    # the end of the answer, and waiting that out costs seconds each.
+    bases = [r for r in crafted if not r.startswith(b"HEAD ")]
+    mutated = [mutate(rng, rng.choice(bases)) for _ in range(TENANT_MUTATED_PER_SERVER)]
+    record_property("requests_sent", len(crafted) + len(mutated))
+    problems: list[str] = []
+    for payload, ex in await exchange_all(tenant_target.port, crafted + mutated, 16):
+        if isinstance(ex, AssertionError):  # a malformed answer, or no close after EOF
+            problems.append(f"{ex} <- {payload[:200]!r}")
+            continue
+        found = check_invariants(ex)
+        found += ["tenant A's bytes" for r in ex.replies if leaks(r.head + r.body)]
+        problems.extend(f"{p} <- {payload[:200]!r}" for p in found)
+    assert not problems, "\n".join(problems[:30])
+    if tenant_target.cache_dir is not None:
+        await _tenant_work_settled(tenant_target.url, mint)
+        assert files_holding_a(tenant_target.cache_dir) == []
+    async with aiohttp.ClientSession() as http:
+        status, _, body = await call(http, f"{tenant_target.url}/objects/b/own.bin",
+                                     mint("b", ["b/"]))
+        assert status == 200 and body == OWN  # B still reads its own object
+    assert not server_errors(), "\n".join(server_errors()[:30])
+
+
+async def _tenant_work_settled(url: str, mint: Mint) -> None:
+    """Wait until no warm job of B or C runs and no chunk is being fetched or stored."""
+    async with aiohttp.ClientSession() as http:
+        for tenant, prefix in (("b", "b/"), ("c", "c/")):
+            admin = mint(tenant, [prefix], admin=True)
+            for _ in range(400):
+                jobs = json.loads((await call(http, f"{url}/warm", admin))[2])["jobs"]
+                if all(job["state"] != "running" for job in jobs):
+                    break
+                await asyncio.sleep(0.025)
+            else:
+                raise AssertionError(f"{tenant}'s warm jobs still running: {jobs}")
+        root = mint("ops", [""], admin=True)
+        await settled_stats(http, url, headers={"Authorization": f"Bearer {root}"})
 
 
 # ---------------------------------------------------------------------------
