@@ -58,8 +58,8 @@ async def _serve(
     prepared = reads.prepare(request.method, request.headers, path, manifest, stale)
     claims = request.get(CLAIMS)
     reader = reads.reader(manifest, claims.tenant if claims is not None else "")
-    if prepared.first_chunk is not None:
-        await reader.prime(prepared.first_chunk, prepared.plan.ranges[0])
+    for prime in prepared.primes:  # a failure still gets a status
+        await reader.prime(prime.index, prime.within)
 
     async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
         await reader.write(r, response.write)
