@@ -18,7 +18,6 @@ import aiohttp
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from hub.backend import FilesystemBackend, ObjectInfo, OpenObject
 from hub.config import HubConfig
 from hub.handlers import READ_BLOCK_BYTES
 from spoke.handlers import CACHE
@@ -327,47 +326,6 @@ async def test_waiters_of_a_failed_flight_count_as_singleflight_joins(
 WIDE = 2 << 20  # a hub chunk the hub streams in two blocks of READ_BLOCK_BYTES
 
 
-class FirstFetchBreaks:
-    """The filesystem backend, but the first chunk fetch breaks after its first block:
-    the hub sends a head and 1 MiB of the chunk, then closes the connection."""
-
-    def __init__(self, root: str) -> None:
-        self.inner = FilesystemBackend(root)
-        self.breaks = 1
-
-    def stat(self, path: str) -> ObjectInfo:
-        return self.inner.stat(path)
-
-    def list(self, prefix: str) -> list[ObjectInfo]:
-        return self.inner.list(prefix)
-
-    def still_current(self, info: ObjectInfo) -> bool:
-        return self.inner.still_current(info)
-
-    def open(self, path: str) -> OpenObject:
-        return _BreaksOnce(self, self.inner.open(path))
-
-
-class _BreaksOnce:
-    """No ``fileno``: the hub streams it block by block rather than by sendfile."""
-
-    def __init__(self, backend: FirstFetchBreaks, inner: OpenObject) -> None:
-        self._backend = backend
-        self._inner = inner
-        self.info = inner.info
-
-    def read(self, offset: int, length: int) -> bytes:
-        data = self._inner.read(offset, length)
-        # A chunk fetch's second block (hashing the manifest reads whole chunks).
-        if offset % WIDE == READ_BLOCK_BYTES and self._backend.breaks:
-            self._backend.breaks -= 1
-            return b""  # short: the hub cuts the answer
-        return data
-
-    def close(self) -> None:
-        self._inner.close()
-
-
 async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
     make_spoke: Callable[..., Awaitable[RunningServer]], dataset: Dataset,
     http: aiohttp.ClientSession,
@@ -378,11 +336,13 @@ async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
     # broken attempt's (after which the retry could not start over: A and B cut).
     root = dataset[0]
     data = write_dataset(str(root), {"wide/w.bin": WIDE + 100}, seed=25)["wide/w.bin"]
-    backend = FirstFetchBreaks(str(root))
+    backend = GatedBackend(str(root))  # no fileno: the hub streams block by block
     wide_hub = await start_hub(HubConfig(root=str(root), chunk_size=WIDE), backend)
     try:
         spoke = await make_spoke(hub_url=wide_hub.url, meta_ttl_s=60.0)
         await warm_manifest(http, spoke.url, "wide/w.bin")
+        # The hub sends the head and 1 MiB of chunk 0, then closes the connection.
+        backend.cut_once_at = READ_BLOCK_BYTES
         backoff = HeldBackoff()
         spoke.app[CACHE].retry_sleep = backoff.sleep
         target = "/objects/wide/w.bin"
@@ -397,6 +357,6 @@ async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
     assert (a.status, a.complete, a.body) == (206, True, data[:100]), a.describe()
     assert (b.status, b.complete) == (206, True), b.describe()
     assert b.body == data[:WIDE]
-    assert backend.breaks == 0 and backoff.pauses == 1
+    assert backend.cut_once_at is None and backoff.pauses == 1
     stats = await spoke_stats(http, spoke.url)
     assert (stats["hub_fetches"], stats["fill_failures"]) == (2, 0)
