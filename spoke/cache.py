@@ -144,6 +144,7 @@ class ChunkCache:
         pin_fraction: float = 0.5,
         retry: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.store = store
         self.index = index
@@ -162,6 +163,7 @@ class ChunkCache:
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or CircuitBreaker()
         self.retry_counters = RetryCounters()
+        self.retry_sleep = sleep  # the backoff between attempts (tests hold it)
         self.fetch_latency = Histogram(FETCH_LATENCY_BUCKETS_S)
         self._resident = ResidentSet()
         self._reserved_bytes = 0
@@ -783,7 +785,6 @@ class ChunkCache:
                 ahead, head_start = head_start, None
                 await ahead
                 return
-            fill.restart()
             await self._storing.room()
             async with self._fetch_slots.slot(claim=claim):
                 self.stats.hub_fetches += 1
@@ -795,7 +796,9 @@ class ChunkCache:
                 await bring()
                 await self._verify(manifest, key.index, fill.view)
             except HubError as exc:
-                if fill.handed_out:
+                # Taken back now, before the backoff: a reader joining during it must
+                # wait for the next attempt's bytes, not be handed these.
+                if not fill.discard_attempt():
                     exc.retryable = False  # readers have bytes of this attempt
                 raise
 
@@ -824,6 +827,7 @@ class ChunkCache:
     async def _hub_call(self, call: Callable[[], Awaitable[T]]) -> T:
         return await call_with_retries(
             call, policy=self.retry, breaker=self.breaker, counters=self.retry_counters,
+            sleep=self.retry_sleep,
             rng=self._jitter,  # one generator: a new one per call seeds from urandom
         )
 

@@ -55,6 +55,18 @@ class VersionChanged(HubError):
     retry_after_s: float | None = 1.0
 
 
+class ObjectChanging(HubError):
+    """The hub saw the object change while it hashed it (its 409): asked again, it
+    hashes the version then current, so the spoke retries, and past its own bounded
+    retries the loader is told to (503, ``Retry-After``). Not a connectivity failure:
+    the breaker does not count it, and no stale manifest stands in for it (the
+    object's bytes at the hub are no longer that version's)."""
+
+    status_hint = 503
+    title = "Object changing at the hub"
+    retry_after_s: float | None = 1.0
+
+
 class ObjectNotFound(HubError):
     retryable = False
     status_hint = 404

@@ -138,9 +138,9 @@ async def _serve(
     primed = first is not None and not (
         sendfile_worthy(conn, prepared.plan.ranges[0]) and reads.cache.is_cached(manifest, first)
     )
-    if primed:
-        assert first is not None
-        await reader.prime(first, prepared.plan.ranges[0])  # a failure still gets a status
+    for prime in prepared.primes:  # a failure still gets a status
+        if primed or prime.index != first:  # else the first goes by sendfile, unprimed
+            await reader.prime(prime.index, prime.within)
     plan = prepared.plan
     reads.sending(prepared)
     conn.write(conn.head(plan.status, prepared.headers, head.keep_alive))

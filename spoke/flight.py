@@ -118,7 +118,9 @@ class Filling:
     Readers :meth:`wait` for the bytes they need and :meth:`take` them; the first
     take marks the fill *handed out*, after which the attempt may no longer start
     over (a reader has bytes of it) and a failure must reach that reader as a cut
-    connection. The fill ends :meth:`verified` (the bytes matched the manifest
+    connection. An attempt that fails before that is taken back at once
+    (:meth:`discard_attempt`), not when the next one starts: no reader may take its
+    bytes meanwhile. The fill ends :meth:`verified` (the bytes matched the manifest
     digest) or :meth:`fail`\\ ed; a reader must see the verdict before it sends the
     last bytes of its part, so an unverified chunk is never served as complete.
     Once verified, the fill serves readers from memory while the chunk is stored.
@@ -157,11 +159,15 @@ class Filling:
 
     # -- the fetch's side ---------------------------------------------------
 
-    def restart(self) -> None:
-        """Start a new attempt from the first byte (only while nothing was handed out)."""
+    def discard_attempt(self) -> bool:
+        """The current attempt failed: take its bytes back, so that nobody is handed
+        them while the next attempt waits its turn (a reader joining in between waits
+        for that one's bytes). False when a reader has bytes of it already: then the
+        attempt's failure is the fill's, and nothing is taken back."""
         if self.handed_out:
-            raise RuntimeError("a handed-out fill cannot start over")
+            return False
         self.received = 0
+        return True
 
     def shorten(self, length: int) -> None:
         """Make the chunk ``length`` bytes, before any arrived: a chunk fetched before

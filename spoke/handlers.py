@@ -60,8 +60,8 @@ async def _serve(
     tenant = _tenant(request)
     prepared = reads.prepare(request.method, request.headers, path, manifest, stale, tenant)
     reader = reads.reader(manifest, tenant)
-    if prepared.first_chunk is not None:
-        await reader.prime(prepared.first_chunk, prepared.plan.ranges[0])
+    for prime in prepared.primes:  # a failure still gets a status
+        await reader.prime(prime.index, prime.within)
 
     async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
         await reader.write(r, response.write)

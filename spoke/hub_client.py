@@ -34,6 +34,7 @@ from spoke.errors import (
     HubRefused,
     HubTimeout,
     HubUnavailable,
+    ObjectChanging,
     ObjectNotFound,
     VersionChanged,
 )
@@ -339,6 +340,8 @@ def _status_error(status: int, detail: str, path: str) -> Exception:
         return ObjectNotFound(f"no object {path!r} at the hub")
     if status == 412:
         return VersionChanged(f"{path} changed at the hub")
+    if status == 409:
+        return ObjectChanging(f"{path} changed at the hub while it was hashed: {detail}")
     if status == 400:
         # The hub refused the path (e.g. it escapes the root): the loader's fault.
         return BadPath(f"hub refused {path!r}: {detail}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from protocol.manifest import Manifest
 from protocol.media import content_type_for
+from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.metrics import Histogram
 from spoke.ahead import Ahead, early_offset
@@ -48,14 +49,28 @@ def representation(manifest: Manifest, path: str) -> Representation:
 
 
 @dataclass(frozen=True, slots=True)
+class Prime:
+    """A chunk to resolve before an answer's head goes, and the range of the answer
+    that reads it first (how much of it that range needs decides how long to wait)."""
+
+    index: int
+    within: ByteRange
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
-    """One read's answer, decided: the plan, its headers, and the chunk to resolve first."""
+    """One read's answer, decided: the plan, its headers, and the chunks to resolve first."""
 
     plan: ResponsePlan
     x_cache: str
     headers: list[tuple[str, str]]  # the plan's, X-Cache, and the stale warning if any
     first_chunk: int | None  # resolved before the headers go, so a failure gets a status
     stale: bool
+    # Resolved before the headers go, in order: the first chunk, and the first one not
+    # local if that is another. An answer whose bytes the hub cannot bring (it is down,
+    # the breaker is open) then gets a 503 with Retry-After, never a head promising
+    # bytes that cannot come and then a cut connection.
+    primes: tuple[Prime, ...] = ()
 
     @property
     def has_body(self) -> bool:
@@ -92,22 +107,26 @@ class ObjectReads:
         plan's :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
         rep = representation(manifest, path)
         plan = plan_response(method, headers, rep, new_boundary())
-        x_cache = self._x_cache(manifest, plan)
+        x_cache, missing = self._locality(manifest, plan)
         plan_id = headers.get(PLAN_HEADER)
         ranges = plan.ranges
         if plan_id is not None:
             self.plans.observe(plan_id, tenant, path, [r.start for r in ranges])
         first_chunk = None
+        primes: tuple[Prime, ...] = ()
         if method == "GET" and ranges and plan.status in (200, 206):
             self.readahead.observe(manifest, ranges)
             first_chunk = ranges[0].start // manifest.chunk_size
+            primes = (Prime(first_chunk, ranges[0]),)
+            if missing is not None and missing.index != first_chunk:
+                primes += (missing,)
         out = list(plan.headers)
         if plan.status == 304:
             out = [(k, v) for k, v in out if k != "Content-Length"]
         out.append(("X-Cache", x_cache))
         if stale:
             out += STALE_HEADERS
-        return Prepared(plan, x_cache, out, first_chunk, stale)
+        return Prepared(plan, x_cache, out, first_chunk, stale, primes)
 
     def sending(self, prepared: Prepared) -> None:
         """The answer's head is going out (no error status can replace it now)."""
@@ -120,15 +139,21 @@ class ObjectReads:
     def observe_latency(self, x_cache: str, seconds: float) -> None:
         self.latency[x_cache.lower()].observe(seconds)
 
-    def _x_cache(self, manifest: Manifest, plan: ResponsePlan) -> str:
-        """HIT when every chunk the response touches is local (on disk, or verified in
+    def _locality(self, manifest: Manifest, plan: ResponsePlan) -> tuple[str, Prime | None]:
+        """X-Cache, and the first chunk the response needs from the hub (None: none).
+
+        HIT when every chunk the response touches is local (on disk, or verified in
         memory while it is stored), MISS when none is."""
         present = total = 0
+        first_missing = None
         version, chunk_size = manifest_version(manifest), manifest.chunk_size
         for r in plan.ranges:
             for index in range(r.start // chunk_size, -(-r.stop // chunk_size)):
                 total += 1
-                present += self.cache.is_local(chunk_name(version, index))
+                if self.cache.is_local(chunk_name(version, index)):
+                    present += 1
+                elif first_missing is None:
+                    first_missing = Prime(index, r)
         if present == total:
-            return "HIT"
-        return "MISS" if present == 0 else "PARTIAL"
+            return "HIT", None
+        return "MISS" if present == 0 else "PARTIAL", first_missing

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from protocol.chunks import ChunkSlice, chunk_slices
+from protocol.chunks import ChunkSlice, chunk_bounds, chunk_slices
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
 from spoke.cache import Chunk, ChunkCache, ChunkGone
@@ -45,26 +45,29 @@ class RangeReader:
         self.tenant = tenant
         self._primed: dict[int, Chunk] = {}
 
-    async def prime(self, index: int, first: ByteRange | None = None) -> None:
+    async def prime(self, index: int, within: ByteRange | None = None) -> None:
         """Resolve chunk ``index`` now, so a failure can still become an error status.
 
         A cached chunk is looked up; a missing one is fetched until the hub has
-        answered and its first bytes arrived. If the answer's first part of the chunk
-        (from ``first``, the answer's first range, when given) is no longer than
-        :data:`VERDICT_HOLD_BYTES`, until the chunk is verified: that part is sent
-        only verified anyway, and a chunk failing its check then gets a status, not
-        a cut connection.
+        answered and its first bytes arrived. If the part of the chunk that
+        ``within`` (the answer's range that reads it first, when given) needs is no
+        longer than :data:`VERDICT_HOLD_BYTES`, until the chunk is verified: that part
+        is sent only verified anyway, and a chunk failing its check then gets a
+        status, not a cut connection. A chunk primed already is not waited for again.
         """
+        if index in self._primed:
+            return
         chunk = self.cache.stream(self.manifest, index, self.tenant)
         self._primed[index] = chunk
         fill = chunk.fill
         if fill is None:
             return
         part = fill.length
-        if first is not None:
-            head = next(chunk_slices(first, self.manifest.size, self.manifest.chunk_size), None)
-            if head is not None and head.index == index:
-                part = head.length
+        if within is not None:
+            bounds = chunk_bounds(index, self.manifest.size, self.manifest.chunk_size)
+            part = min(within.stop, bounds.stop) - max(within.start, bounds.start)
+            if part <= 0:  # not a range that reads this chunk
+                part = fill.length
         if part <= VERDICT_HOLD_BYTES:
             await fill.wait_verified()
         else:

@@ -18,9 +18,19 @@ import aiohttp
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
+from hub.config import HubConfig
+from hub.handlers import READ_BLOCK_BYTES
 from spoke.handlers import CACHE
 from tests.conftest import CHUNK
-from tests.support.servers import GatedBackend, RunningServer, settled_stats
+from tests.support.backoff import HeldBackoff
+from tests.support.raw_http import raw_get
+from tests.support.servers import (
+    GatedBackend,
+    RunningServer,
+    settled_stats,
+    start_hub,
+    write_dataset,
+)
 
 Dataset = tuple[Path, dict[str, bytes]]
 Result = tuple[int, CIMultiDict[str], bytes]
@@ -311,3 +321,42 @@ async def test_waiters_of_a_failed_flight_count_as_singleflight_joins(
     assert (stats["misses"], stats["fill_failures"]) == (4, 1)
     # Three requests waited on the fetch the first one started.
     assert stats["singleflight_joins"] == 3
+
+
+WIDE = 2 << 20  # a hub chunk the hub streams in two blocks of READ_BLOCK_BYTES
+
+
+async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
+    make_spoke: Callable[..., Awaitable[RunningServer]], dataset: Dataset,
+    http: aiohttp.ClientSession,
+) -> None:
+    # Reader A asks for a sample (sent only verified), so the first attempt's bytes
+    # are nobody's when it breaks, and it is retried. Reader B asks for the whole
+    # chunk during the backoff: it must wait for the retry's bytes, not stream the
+    # broken attempt's (after which the retry could not start over: A and B cut).
+    root = dataset[0]
+    data = write_dataset(str(root), {"wide/w.bin": WIDE + 100}, seed=25)["wide/w.bin"]
+    backend = GatedBackend(str(root))  # no fileno: the hub streams block by block
+    wide_hub = await start_hub(HubConfig(root=str(root), chunk_size=WIDE), backend)
+    try:
+        spoke = await make_spoke(hub_url=wide_hub.url, meta_ttl_s=60.0)
+        await warm_manifest(http, spoke.url, "wide/w.bin")
+        # The hub sends the head and 1 MiB of chunk 0, then closes the connection.
+        backend.cut_once_at = READ_BLOCK_BYTES
+        backoff = HeldBackoff()
+        spoke.app[CACHE].retry_sleep = backoff.sleep
+        target = "/objects/wide/w.bin"
+        sample = asyncio.create_task(raw_get(spoke.url, target, "Range: bytes=0-99"))
+        await asyncio.wait_for(backoff.entered.wait(), WAIT_S)
+        whole = asyncio.create_task(raw_get(spoke.url, target, f"Range: bytes=0-{WIDE - 1}"))
+        await wait_for_stats(http, spoke.url, lambda s: s["singleflight_joins"] == 1)
+        backoff.release.set()
+        a, b = await asyncio.wait_for(asyncio.gather(sample, whole), WAIT_S)
+    finally:
+        await wide_hub.stop()
+    assert (a.status, a.complete, a.body) == (206, True, data[:100]), a.describe()
+    assert (b.status, b.complete) == (206, True), b.describe()
+    assert b.body == data[:WIDE]
+    assert backend.cut_once_at is None and backoff.pauses == 1
+    stats = await spoke_stats(http, spoke.url)
+    assert (stats["hub_fetches"], stats["fill_failures"]) == (2, 0)

@@ -8,17 +8,23 @@ must end that response (a cut connection) rather than splice the versions.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
 from multidict import CIMultiDict
 
+from hub.backend import FilesystemBackend, ObjectInfo
+from hub.config import HubConfig
+from hub.handlers import BACKEND
+from spoke.client import AsyncClient
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import GatedBackend, RunningServer
+from tests.support.raw_http import raw_get
+from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_hub
 
 Dataset = tuple[Path, dict[str, bytes]]
 Change = Callable[[Path, bytes], None]
@@ -141,3 +147,87 @@ async def test_a_change_in_the_middle_of_a_response_never_splices_versions(
     status, headers, body = await read(http, url)
     assert (status, body) == (200, new)
     assert headers["ETag"] != old_etag
+
+
+# -- the hub's 409 "changed while hashed; retry": retried, then a 503 to retry -------
+
+
+class ChangesWhileHashed(FilesystemBackend):
+    """The filesystem, but the next ``rewrites`` manifests the hub hashes find the
+    object changed by the time they are done (the hub answers 409 for each)."""
+
+    def __init__(self, root: str, rewrites: int) -> None:
+        super().__init__(root)
+        self.rewrites = rewrites
+        self.hashed = 0
+
+    def still_current(self, info: ObjectInfo) -> bool:
+        self.hashed += 1
+        if self.rewrites:
+            self.rewrites -= 1
+            return False
+        return super().still_current(info)
+
+
+@pytest.fixture
+async def hub_of(dataset: Dataset) -> AsyncIterator[Callable[[int], Awaitable[RunningServer]]]:
+    """Starts a hub whose next ``rewrites`` manifests are of an object being rewritten."""
+    started: list[RunningServer] = []
+
+    async def start(rewrites: int) -> RunningServer:
+        backend = ChangesWhileHashed(str(dataset[0]), rewrites)
+        server = await start_hub(HubConfig(root=str(dataset[0]), chunk_size=CHUNK), backend)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop()
+
+
+def hashed(hub: RunningServer) -> int:
+    backend = hub.app[BACKEND]
+    assert isinstance(backend, ChangesWhileHashed)
+    return backend.hashed
+
+
+async def test_a_manifest_the_hub_hashed_while_it_changed_is_asked_for_again(
+    hub_of: Callable[[int], Awaitable[RunningServer]], make_spoke: SpokeFactory,
+    dataset: Dataset,
+) -> None:
+    hub = await hub_of(1)
+    spoke = await make_spoke(hub_url=hub.url)
+    answer = await raw_get(spoke.url, "/objects/ds/small.bin")
+    assert (answer.status, answer.complete) == (200, True), answer.describe()
+    assert answer.body == dataset[1]["ds/small.bin"]
+    assert hashed(hub) == 2  # the 409, then the version current now
+
+
+async def test_an_object_that_keeps_changing_gets_503_with_retry_after(
+    hub_of: Callable[[int], Awaitable[RunningServer]], make_spoke: SpokeFactory,
+    http: aiohttp.ClientSession,
+) -> None:
+    hub = await hub_of(1_000_000)
+    spoke = await make_spoke(hub_url=hub.url, fetch_attempts=3, breaker_threshold=1)
+    for through_aiohttp in (False, True):
+        answer = await raw_get(spoke.url, "/objects/ds/small.bin", through_aiohttp=through_aiohttp)
+        assert (answer.status, answer.complete) == (503, True), answer.describe()
+        assert int(answer.headers["retry-after"]) >= 1
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        assert json.loads(answer.body)["status"] == 503
+    assert hashed(hub) == 2 * 3  # the spoke's own retries, bounded
+    # The hub answered every time: the link is fine, the breaker stays closed.
+    assert (await settled_stats(http, spoke.url))["breaker_state"] == "closed"
+
+
+async def test_the_client_reads_an_object_through_its_rewrite(
+    hub_of: Callable[[int], Awaitable[RunningServer]], make_spoke: SpokeFactory,
+    dataset: Dataset,
+) -> None:
+    # More 409s than the spoke retries: its 503 and Retry-After have the project's
+    # client ask again, and the read succeeds.
+    hub = await hub_of(2)
+    spoke = await make_spoke(hub_url=hub.url, fetch_attempts=2)
+    async with AsyncClient(spoke.url, max_retries=2) as client:
+        assert await client.read("ds/small.bin") == dataset[1]["ds/small.bin"]
+    assert hashed(hub) == 3

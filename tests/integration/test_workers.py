@@ -19,6 +19,7 @@ from loadtest.bench import process_tree
 from loadtest.procs import Process, start_process
 from spoke.cpus import spread
 from tests.conftest import CHUNK
+from tests.support.raw_http import raw_get
 from tests.support.servers import GatedBackend, RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -408,3 +409,22 @@ async def test_without_cpu_affinity_the_processes_keep_every_cpu(
             assert os.sched_getaffinity(pid) == allowed
     finally:
         await asyncio.to_thread(spoke.stop)
+
+
+async def test_a_partly_cached_read_during_an_outage_gets_503_from_either_process(
+    workers: Process, hub: RunningServer
+) -> None:
+    # Chunk 0 cached, chunk 1 not; then the hub goes. A reader worker hands the read
+    # over (it holds no hub), and the owner must answer it a 503, not cut it.
+    [answer] = await exchange(workers, get(f"/objects/{BIG}", "Range: bytes=0-99"))
+    assert answer[0] == 206
+    before = await asyncio.to_thread(stats, workers)
+    await hub.stop()
+    answers = await asyncio.gather(*(
+        raw_get(workers.url, f"/objects/{BIG}", f"Range: bytes=100-{2 * CHUNK - 1}")
+        for _ in range(CONNECTIONS)))
+    for reply in answers:
+        assert (reply.status, reply.complete) == (503, True), reply.describe()
+        assert int(reply.headers["retry-after"]) >= 1
+    after = await asyncio.to_thread(stats, workers)
+    assert after["handed_over_connections"] > before["handed_over_connections"]

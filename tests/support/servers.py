@@ -85,7 +85,8 @@ class GatedBackend:
 
     Lets a test line up concurrent cold readers before the hub answers, the way
     groupcache's tests hold their getter. ``fail_next`` makes held reads fail;
-    ``corrupt`` flips a byte in every read.
+    ``corrupt`` flips a byte in every read; ``cut_once_at`` makes the next read at
+    that offset come back empty, once (the hub then cuts its answer there).
     """
 
     def __init__(self, root: str) -> None:
@@ -95,6 +96,7 @@ class GatedBackend:
         self.waiting = threading.Semaphore(0)
         self.fail_reads = False
         self.corrupt = False
+        self.cut_once_at: int | None = None
 
     def drain(self) -> None:
         """Forget the reads counted so far, so ``waiting`` counts only the next ones."""
@@ -125,6 +127,9 @@ class _GatedObject:
             raise TimeoutError("test gate never opened")
         if self._backend.fail_reads:
             raise OSError("injected read failure")
+        if offset == self._backend.cut_once_at:
+            self._backend.cut_once_at = None
+            return b""
         data = self._inner.read(offset, length)
         if self._backend.corrupt and data:
             data = bytes([data[0] ^ 0xFF]) + data[1:]

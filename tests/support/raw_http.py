@@ -1,0 +1,71 @@
+"""One HTTP/1.1 exchange over a raw socket, for tests that must tell a status from a cut.
+
+A client library hides how an answer ended; this one reports it: the status and
+fields as sent, the body as far as it came, and whether it came whole (as long as
+its ``Content-Length``) or the connection closed first (a cut).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+READ_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+    complete: bool  # False: the connection closed before the body was whole
+
+    def describe(self) -> str:
+        """For an assertion message: what came, without the body's bytes."""
+        return f"{self.status} {self.headers} body {len(self.body)} bytes, complete {self.complete}"
+
+
+def request(target: str, *fields: str, method: str = "GET") -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", *fields]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> RawAnswer:
+    """The next answer on ``reader``, however it ended."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (ln.partition(": ") for ln in lines[1:] if ln)}
+    length = 0 if method == "HEAD" else int(headers.get("content-length", "0"))
+    body = bytearray()
+    try:
+        while len(body) < length:
+            data = await asyncio.wait_for(reader.read(length - len(body)), READ_TIMEOUT_S)
+            if not data:
+                break
+            body += data
+    except ConnectionError:
+        pass  # an abort (RST): the body stays as far as it came
+    return RawAnswer(status, headers, bytes(body), len(body) == length)
+
+
+async def raw_get(
+    url: str, target: str, *fields: str, through_aiohttp: bool = False
+) -> RawAnswer:
+    """``GET target`` with ``fields`` on a new connection to ``url`` (``http://host:port``).
+
+    ``through_aiohttp``: a spoke's fast path gives a connection to aiohttp for good
+    at its first request that is not a read (here ``/healthz``), so the read that
+    follows on it is answered by the aiohttp handler instead.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        if through_aiohttp:
+            writer.write(request("/healthz"))
+            first = await read_answer(reader)
+            assert first.status == 200 and first.complete, first.describe()
+        writer.write(request(target, *fields))
+        return await read_answer(reader)
+    finally:
+        writer.close()
