@@ -419,6 +419,12 @@ class ChunkCache:
         """Verified chunks being written to disk (served from memory meanwhile)."""
         return self._storing.count
 
+    @property
+    def fill_buffer_bytes(self) -> int:
+        """Chunk memory held by fills: fetches running, chunks verified and not yet
+        stored; a miss still waiting for a fetch slot or a retry holds none."""
+        return self._buffers.lent_bytes
+
     def is_cached(self, manifest: Manifest, index: int) -> bool:
         return chunk_name(manifest_version(manifest), index) in self._resident
 

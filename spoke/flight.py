@@ -85,11 +85,13 @@ class BufferPool:
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self.pooled_bytes = 0
+        self.lent_bytes = 0  # held by fills now (taken and not given back)
         self._free: dict[int, list[bytearray]] = {}
 
     def take(self, length: int) -> bytearray:
         """A buffer with room for ``length`` bytes from a page boundary (see
         :func:`page_aligned`)."""
+        self.lent_bytes += length
         free = self._free.get(length, [])
         for i in range(len(free) - 1, -1, -1):
             if not has_views(free[i]):
@@ -99,6 +101,7 @@ class BufferPool:
 
     def give(self, buffer: bytearray) -> None:
         length = len(buffer) - PAGE  # counted, and kept, by the length it holds
+        self.lent_bytes -= length
         if self.pooled_bytes + length <= self.limit_bytes:
             self._free.setdefault(length, []).append(buffer)
             self.pooled_bytes += length
@@ -127,10 +130,19 @@ class Filling:
     Bytes below ``received`` are never rewritten once handed out, and a view from
     :meth:`take` stays valid as long as it is alive: the fill's buffer goes back to
     its pool when the fill is gone, but is not reused while anything views it.
+
+    The buffer is taken when the first bytes need a place (:attr:`view`), and given
+    back when an attempt is taken back: a fill waiting for a fetch slot or a retry's
+    backoff holds no memory, so the chunk memory in use is bounded by the fetches
+    running, not by the misses waiting (under faults those can be hundreds).
     """
 
     __slots__ = (
         "__weakref__",
+        "_capacity",
+        "_give_back",
+        "_pool",
+        "_view",
         "_waiters",
         "buffer",
         "error",
@@ -138,15 +150,15 @@ class Filling:
         "length",
         "received",
         "verified",
-        "view",
     )
 
     def __init__(self, length: int, pool: BufferPool | None = None) -> None:
         self.length = length
-        self.buffer = pool.take(length) if pool is not None else bytearray(length + PAGE)
-        if pool is not None:
-            weakref.finalize(self, pool.give, self.buffer)
-        self.view = page_aligned(self.buffer, length)  # the chunk's bytes
+        self._capacity = length  # what the buffer holds, even once the fill is shortened
+        self._pool = pool
+        self.buffer: bytearray | None = None
+        self._view: memoryview | None = None
+        self._give_back: Callable[[], object] | None = None
         self.received = 0
         self.handed_out = False
         self.verified = False
@@ -156,6 +168,25 @@ class Filling:
     @property
     def done(self) -> bool:
         return self.verified or self.error is not None
+
+    @property
+    def view(self) -> memoryview:
+        """The chunk's bytes, from a page boundary; the buffer is taken on first use."""
+        if self._view is None:
+            pool = self._pool
+            buffer = pool.take(self._capacity) if pool else bytearray(self._capacity + PAGE)
+            if pool is not None:
+                self._give_back = weakref.finalize(self, pool.give, buffer)
+            self.buffer = buffer
+            self._view = page_aligned(buffer, self._capacity)[: self.length]
+        return self._view
+
+    def _drop_buffer(self) -> None:
+        """Give the buffer back now (nothing of it was handed out)."""
+        self._view = self.buffer = None
+        if self._give_back is not None:
+            self._give_back()  # at most once: the finalizer is dead after this
+            self._give_back = None
 
     # -- the fetch's side ---------------------------------------------------
 
@@ -167,6 +198,7 @@ class Filling:
         if self.handed_out:
             return False
         self.received = 0
+        self._drop_buffer()  # the backoff may be long; the next attempt takes one again
         return True
 
     def shorten(self, length: int) -> None:
@@ -175,7 +207,8 @@ class Filling:
         if self.received or self.handed_out or not 0 < length <= self.length:
             raise ValueError(f"cannot make a {self.length}-byte fill {length} bytes now")
         self.length = length
-        self.view = self.view[:length]
+        if self._view is not None:
+            self._view = self._view[:length]
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         end = self.received + len(data)

@@ -360,3 +360,34 @@ async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
     assert backend.cut_once_at is None and backoff.pauses == 1
     stats = await spoke_stats(http, spoke.url)
     assert (stats["hub_fetches"], stats["fill_failures"]) == (2, 0)
+
+
+async def test_misses_waiting_for_a_fetch_slot_hold_no_chunk_memory(
+    make_spoke: Any, gated: GatedBackend, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    """Chunk memory follows the fetches running, not the misses waiting: under faults
+    the misses can be hundreds, and each used to hold a chunk buffer from the start."""
+    spoke = await make_spoke(fetch_concurrency=2, readahead_chunks=0,
+                             sequential_readahead_chunks=0)
+    path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
+    await warm_manifest(http, spoke.url, path)
+    url = f"{spoke.url}/objects/{path}"
+    chunks = range(1, 13)
+    tasks: list[asyncio.Task[Result]] = []
+
+    async def line_up() -> None:
+        tasks.extend(
+            asyncio.create_task(get(http, url, {"Range": f"bytes={start}-{start + 99}"}))
+            for start in (i * CHUNK + 100 for i in chunks)
+        )
+        await hub_holds_a_read(gated)
+        stats = await wait_for_stats(http, spoke.url, lambda s: s["misses"] == len(chunks))
+        assert stats["fill_buffer_bytes"] <= 2 * CHUNK  # one per fetch slot at most
+
+    await held(gated, line_up)
+    results = await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S)
+    for i, (status, _, body) in zip(chunks, results, strict=True):
+        assert status == 206 and body == data[i * CHUNK + 100 : i * CHUNK + 200]
+    await settled_stats(http, spoke.url)
+    # Every buffer is given back once its chunk is stored and its readers are done.
+    await wait_for_stats(http, spoke.url, lambda s: s["fill_buffer_bytes"] == 0)

@@ -21,13 +21,19 @@ def _filled(pool: BufferPool, byte: int) -> Filling:
     return fill
 
 
+def _buffer_of(fill: Filling) -> bytearray | None:
+    """The buffer a fill takes once bytes need a place."""
+    assert len(fill.view) == fill.length
+    return fill.buffer
+
+
 def test_a_gone_fills_buffer_is_used_again() -> None:
     pool = BufferPool(4 * LENGTH)
     first = _filled(pool, 1)
     buffer_id = id(first.buffer)
     del first
     gc.collect()
-    assert id(Filling(LENGTH, pool).buffer) == buffer_id
+    assert id(_buffer_of(Filling(LENGTH, pool))) == buffer_id
 
 
 def test_a_buffer_still_viewed_is_not_handed_out_until_the_view_is_released() -> None:
@@ -42,7 +48,7 @@ def test_a_buffer_still_viewed_is_not_handed_out_until_the_view_is_released() ->
     assert id(second.buffer) != buffer_id
     assert bytes(pending) == bytes([1]) * (64 << 10)
     pending.release()  # sent: the buffer is free again
-    assert id(Filling(LENGTH, pool).buffer) == buffer_id
+    assert id(_buffer_of(Filling(LENGTH, pool))) == buffer_id
     assert second.take(0, 1) is not None
 
 
@@ -66,3 +72,32 @@ def test_a_fills_bytes_start_on_a_page_and_stay_there_when_reused() -> None:
         again = Filling(length, pool)
         assert ctypes.addressof(ctypes.c_char.from_buffer(again.view)) % PAGE == 0
         assert len(again.view) == length
+
+
+def test_a_fill_takes_its_buffer_only_when_bytes_need_a_place() -> None:
+    pool = BufferPool(4 * LENGTH)
+    fill = Filling(LENGTH, pool)  # a miss waiting for a fetch slot
+    assert fill.buffer is None and pool.lent_bytes == 0
+    fill.feed(b"x")
+    assert fill.buffer is not None and pool.lent_bytes == LENGTH
+
+
+def test_a_failed_attempt_gives_its_buffer_back_for_the_backoff() -> None:
+    pool = BufferPool(4 * LENGTH)
+    fill = Filling(LENGTH, pool)
+    fill.feed(b"partial")
+    assert fill.discard_attempt()
+    assert fill.buffer is None and pool.lent_bytes == 0 and pool.pooled_bytes == LENGTH
+    fill.feed(bytes([3]) * LENGTH)  # the retry takes one again, from the pool
+    fill.finish()
+    assert pool.pooled_bytes == 0 and fill.data() == bytes([3]) * LENGTH
+
+
+def test_a_shortened_fill_keeps_its_buffer_size_for_the_pool() -> None:
+    pool = BufferPool(4 * LENGTH)
+    fill = Filling(LENGTH, pool)
+    fill.shorten(123)
+    assert len(fill.view) == 123 and pool.lent_bytes == LENGTH
+    del fill
+    gc.collect()
+    assert pool.pooled_bytes == LENGTH and pool.lent_bytes == 0
