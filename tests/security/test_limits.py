@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -13,7 +14,7 @@ from hub.config import HubConfig
 from service.limits import CONNECTIONS, LIMIT, ConnectionLimits, InflightLimit
 from tests.conftest import CHUNK, SpokeFactory
 from tests.security.conftest import Dataset, call, problem
-from tests.support.servers import GatedBackend, RunningServer, start_hub
+from tests.support.servers import GatedBackend, Process, RunningServer, start_hub, start_process
 
 
 def test_slots_are_per_client_and_given_back() -> None:
@@ -189,7 +190,7 @@ async def test_a_slow_body_is_not_a_slow_header(make_spoke: SpokeFactory) -> Non
         writer.close()
 
 
-async def test_connections_over_the_per_client_cap_are_closed_and_counted(
+async def test_connections_over_the_cap_are_closed_and_counted_when_none_is_idle(
     dataset: Dataset, http: aiohttp.ClientSession
 ) -> None:
     hub = await start_hub(
@@ -198,24 +199,30 @@ async def test_connections_over_the_per_client_cap_are_closed_and_counted(
     port = _port(hub)
     held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     try:
+        # Each in the middle of a request (half its head sent): busy, not idle.
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
-        await asyncio.sleep(0.05)  # the server has accepted them
+        for _, writer in held:
+            writer.write(GET_SMALL[:20])
+        limits = hub.app[CONNECTIONS]
+        for _ in range(200):  # the server has read them all
+            if sum(conn.idle_at() is None for conn in limits._open.get("127.0.0.1", {})) == 3:
+                break
+            await asyncio.sleep(0.01)
         extra = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
         for reader, writer in extra:
             with contextlib.suppress(ConnectionError):
                 writer.write(GET_SMALL)
             assert await _closed_after(reader, 2.0) is not None  # closed, nothing answered
             writer.close()
-        limits = hub.app[CONNECTIONS]
-        assert limits.refused == 2
+        assert (limits.refused, limits.idle_closed) == (2, 0)
         for reader, writer in held:  # the first three are served as usual
-            writer.write(GET_SMALL)
+            writer.write(GET_SMALL[20:])
             assert b" 200 " in await _read_response(reader)
         for _, writer in held:
             writer.close()
         held = []
         for _ in range(100):  # the server sees them go
-            if not limits.series("x")[1].read():
+            if not limits.series("x")[2].read():
                 break
             await asyncio.sleep(0.02)
         status, _, body = await call(http, f"{hub.url}/metrics")
@@ -228,15 +235,43 @@ async def test_connections_over_the_per_client_cap_are_closed_and_counted(
         await hub.stop()
 
 
+class _Conn:
+    """A connection as the cap sees it, idle since ``idle`` (None: busy)."""
+
+    def __init__(self, idle: float | None = None) -> None:
+        self.idle, self.closed = idle, False
+
+    def idle_at(self) -> float | None:
+        return self.idle
+
+    def close_idle(self) -> None:
+        self.closed = True
+
+
 def test_connection_slots_are_per_client_and_given_back() -> None:
     limits = ConnectionLimits(max_per_client=2, header_timeout_s=0)
-    assert limits.open("a") and limits.open("a") and not limits.open("a")
-    assert limits.open("b")
-    limits.close("a")
-    assert limits.open("a")
-    for client in ("a", "a", "b"):
-        limits.close(client)
-    assert limits.refused == 1 and limits.series("x")[1].read() == 0
+    a1, a2, a3, b1 = _Conn(), _Conn(), _Conn(), _Conn()
+    assert limits.open("a", a1) and limits.open("a", a2) and not limits.open("a", a3)
+    assert limits.open("b", b1)
+    limits.close("a", a1)
+    assert limits.open("a", a3)
+    for client, conn in (("a", a2), ("a", a3), ("b", b1)):
+        limits.close(client, conn)
+    assert limits.refused == 1 and limits.series("x")[2].read() == 0
+
+
+def test_at_the_cap_the_least_recently_active_idle_connection_makes_room() -> None:
+    limits = ConnectionLimits(max_per_client=3, header_timeout_s=0)
+    busy, recent, idlest = _Conn(None), _Conn(20.0), _Conn(10.0)
+    for conn in (busy, recent, idlest):
+        assert limits.open("a", conn)
+    newcomer = _Conn()
+    assert limits.open("a", newcomer)
+    assert (idlest.closed, recent.closed, busy.closed) == (True, False, False)
+    limits.close("a", idlest)  # its connection_lost, later: already uncounted
+    assert limits.series("x")[2].read() == 3 and limits.idle_closed == 1
+    recent.idle = None  # now every connection is busy: the next one is refused
+    assert not limits.open("a", _Conn()) and limits.refused == 1
 
 
 async def test_zero_turns_the_connection_limits_off(dataset: Dataset) -> None:
@@ -254,14 +289,21 @@ def test_limit_flags_and_environment() -> None:
     from spoke.config import config_from_args, parse_args
 
     _, hub = parse_config(["serve", "--root", "/r"], {})
-    assert (hub.max_connections_per_client, hub.header_timeout_s) == (256, 10.0)
+    assert (hub.max_connections_per_client, hub.header_timeout_s, hub.keepalive_timeout_s) \
+        == (256, 10.0, 75.0)
     _, hub = parse_config(["serve", "--root", "/r", "--max-connections-per-client", "7",
-                           "--header-timeout", "2.5"], {"HUBSPOKE_HEADER_TIMEOUT": "9"})
-    assert (hub.max_connections_per_client, hub.header_timeout_s) == (7, 2.5)
+                           "--header-timeout", "2.5", "--keepalive-timeout", "30"],
+                          {"HUBSPOKE_HEADER_TIMEOUT": "9"})
+    assert (hub.max_connections_per_client, hub.header_timeout_s, hub.keepalive_timeout_s) \
+        == (7, 2.5, 30.0)
     spoke = config_from_args(parse_args(
         ["serve", "--hub", "http://h", "--cache-dir", "/c", "--capacity", "1GiB"],
-        {"HUBSPOKE_MAX_CONNECTIONS_PER_CLIENT": "9", "HUBSPOKE_HEADER_TIMEOUT": "0.5"}))
-    assert (spoke.max_connections_per_client, spoke.header_timeout_s) == (9, 0.5)
+        {"HUBSPOKE_MAX_CONNECTIONS_PER_CLIENT": "9", "HUBSPOKE_HEADER_TIMEOUT": "0.5",
+         "HUBSPOKE_KEEPALIVE_TIMEOUT": "20"}))
+    assert (spoke.max_connections_per_client, spoke.header_timeout_s,
+            spoke.keepalive_timeout_s) == (9, 0.5, 20.0)
+    with pytest.raises(SystemExit):  # bounded: there is no "never"
+        parse_config(["serve", "--root", "/r", "--keepalive-timeout", "0"], {})
 
 
 async def test_the_header_timeout_never_cuts_an_answer_in_flight(dataset: Dataset) -> None:
@@ -283,3 +325,217 @@ async def test_the_header_timeout_never_cuts_an_answer_in_flight(dataset: Datase
     finally:
         gated.gate.set()
         await hub.stop()
+
+
+# --- idle keep-alive connections: the cap closes the idlest, and they time out --------
+
+CAP = 8
+WAIT_S = 10.0  # bound on waiting for a server to act; never a measure of its speed
+
+
+async def _all_gone(limits: ConnectionLimits) -> None:
+    """Return once the server has seen every client connection close."""
+    for _ in range(int(WAIT_S / 0.01)):
+        if not limits.series("x")[2].read():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("client connections still counted open")
+
+
+async def _kept_alive(port: int, request: bytes = GET_SMALL) -> tuple[
+    asyncio.StreamReader, asyncio.StreamWriter, bytes
+]:
+    """A new connection that has had ``request`` answered 2xx, and is now idle."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    head = await _read_response(reader)
+    assert head.split(b" ", 2)[1].startswith(b"2"), head
+    return reader, writer, head
+
+
+async def _start_hub_or_spoke(
+    kind: str, dataset: Dataset, make_spoke: SpokeFactory, **limits: object
+) -> RunningServer:
+    if kind == "hub":
+        return await start_hub(HubConfig(root=str(dataset[0]), chunk_size=CHUNK, **limits))
+    return await make_spoke(**limits)
+
+
+@pytest.mark.parametrize("kind", ["hub", "spoke"])
+async def test_a_client_at_its_cap_gets_served_and_its_idlest_connection_closed(
+    kind: str, dataset: Dataset, make_spoke: SpokeFactory, http: aiohttp.ClientSession
+) -> None:
+    server = await _start_hub_or_spoke(kind, dataset, make_spoke, max_connections_per_client=CAP)
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]] = []
+    try:
+        held = [await _kept_alive(_port(server)) for _ in range(CAP)]  # held[0]: the idlest
+        # One more from the same address: answered, and the idlest one makes room.
+        newcomer = await _kept_alive(_port(server))
+        assert await _closed_after(held[0][0], WAIT_S) is not None
+        for reader, writer, _ in [*held[1:], newcomer]:  # the rest are served as before
+            writer.write(GET_SMALL)
+            assert b" 200 " in await _read_response(reader)
+        limits = server.app[CONNECTIONS]
+        assert (limits.idle_closed, limits.refused) == (1, 0)
+        for _, writer, _ in [*held, newcomer]:
+            writer.close()
+        held = []
+        await _all_gone(limits)  # else the scrape's own connection would make room, too
+        status, _, body = await call(http, f"{server.url}/metrics")
+        assert status == 200
+        assert f"{kind}_limit_connections_idle_closed_total 1.0".encode() in body
+    finally:
+        for _, writer, _ in held:
+            writer.close()
+        if kind == "hub":
+            await server.stop()
+
+
+@pytest.mark.parametrize("kind", ["hub", "spoke"])
+async def test_idle_keepalive_connections_are_closed_after_the_keepalive_timeout(
+    kind: str, dataset: Dataset, make_spoke: SpokeFactory, http: aiohttp.ClientSession
+) -> None:
+    server = await _start_hub_or_spoke(kind, dataset, make_spoke, keepalive_timeout_s=0.5)
+    try:
+        # Answered by the fast path (the spoke's plain reads) and by aiohttp (the hub,
+        # and the spoke's other routes): both close the connection once it is idle.
+        idle = [await _kept_alive(_port(server)),
+                await _kept_alive(_port(server), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")]
+        for reader, writer, _ in idle:
+            assert await _closed_after(reader, WAIT_S) is not None
+            writer.close()
+        assert server.app[CONNECTIONS].keepalive_timeouts == 2
+        status, _, body = await call(http, f"{server.url}/metrics")
+        assert status == 200 and f"{kind}_limit_keepalive_timeouts_total 2.0".encode() in body
+    finally:
+        if kind == "hub":
+            await server.stop()
+
+
+PARTIAL = b"GET /objects/ds/small.bin HTTP/1.1\r\nHo"
+
+
+@pytest.mark.parametrize("kind", ["hub", "spoke"])
+@pytest.mark.parametrize("first", [
+    GET_SMALL,  # the spoke's fast path
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",  # aiohttp's routes
+    b"POST /warm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 2\r\n\r\n[]",  # a request with a body (a 4xx on the hub, no route)
+])
+async def test_a_slow_header_on_a_kept_alive_connection_is_cut(
+    kind: str, first: bytes, dataset: Dataset, make_spoke: SpokeFactory
+) -> None:
+    server = await _start_hub_or_spoke(kind, dataset, make_spoke, header_timeout_s=0.5)
+    try:
+        for pipelined in (False, True):  # the next request's start after the answer, or with it
+            reader, writer = await asyncio.open_connection("127.0.0.1", _port(server))
+            try:
+                writer.write(first + PARTIAL if pipelined else first)
+                await _read_response(reader)
+                if not pipelined:
+                    writer.write(PARTIAL)
+                assert await _closed_after(reader, WAIT_S) is not None
+            finally:
+                writer.close()
+        assert server.app[CONNECTIONS].header_timeouts == 2
+    finally:
+        if kind == "hub":
+            await server.stop()
+
+
+# --- the same with reader workers: each process of the spoke keeps its own count ------
+
+PLAIN = b"GET /objects/ds/small.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-99\r\n\r\n"
+HEALTH = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def _start_readers(hub: RunningServer, tmp_path: Path, *flags: str) -> Process:
+    return await asyncio.to_thread(start_process, "spoke", [
+        "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
+        "--workers", "2", "--access-log", "off", "--log-level", "warning", *flags,
+    ])
+
+
+def _process_of(head: bytes) -> bytes:
+    return head.split(b"X-Request-Id: ")[1][:8]  # request ids start with a per-process prefix
+
+
+async def test_each_process_of_a_spoke_with_readers_closes_its_idlest_connection(
+    hub: RunningServer, tmp_path: Path
+) -> None:
+    spoke = await _start_readers(hub, tmp_path, "--max-connections-per-client", str(CAP))
+    port = int(spoke.url.rsplit(":", 1)[1])
+    by_process: dict[bytes, list[tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]]] = {}
+    try:
+        # Connections one after another, each left idle once answered, until both
+        # processes have had more than their cap's worth: every one is answered.
+        for _ in range(200):
+            conn = await _kept_alive(port, PLAIN)
+            by_process.setdefault(_process_of(conn[2]), []).append(conn)
+            if len(by_process) == 2 and min(map(len, by_process.values())) > CAP:
+                break
+        assert len(by_process) == 2 and min(map(len, by_process.values())) > CAP
+        for process, conns in by_process.items():
+            for reader, _, _ in conns[:-CAP]:  # the idlest made room, in order
+                assert await _closed_after(reader, WAIT_S) is not None
+            for reader, writer, _ in conns[-CAP:]:  # the newest are served as before
+                writer.write(PLAIN)
+                assert _process_of(await _read_response(reader)) == process
+    finally:
+        for conns in by_process.values():
+            for _, writer, _ in conns:
+                writer.close()
+        await asyncio.to_thread(spoke.stop)
+
+
+async def test_a_slow_header_on_a_kept_alive_connection_of_either_process_is_cut(
+    hub: RunningServer, tmp_path: Path
+) -> None:
+    spoke = await _start_readers(hub, tmp_path, "--header-timeout", "0.5")
+    port = int(spoke.url.rsplit(":", 1)[1])
+    warm = b"POST /warm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+        b"Content-Length: 2\r\n\r\n[]"  # a reader hands it, and what follows, over
+    answered_by: set[bytes] = set()
+    try:
+        for i in range(200):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                if i % 2:
+                    writer.write(warm + PARTIAL)
+                    await _read_response(reader)
+                else:
+                    writer.write(PLAIN)
+                    answered_by.add(_process_of(await _read_response(reader)))
+                    writer.write(PARTIAL)
+                assert await _closed_after(reader, WAIT_S) is not None
+            finally:
+                writer.close()
+            if len(answered_by) == 2 and i >= 3:
+                break
+        assert len(answered_by) == 2
+    finally:
+        await asyncio.to_thread(spoke.stop)
+
+
+async def test_idle_connections_of_either_process_time_out(
+    hub: RunningServer, tmp_path: Path
+) -> None:
+    spoke = await _start_readers(hub, tmp_path, "--keepalive-timeout", "0.5")
+    port = int(spoke.url.rsplit(":", 1)[1])
+    answered_by: set[bytes] = set()
+    try:
+        for i in range(200):
+            # A plain read (either process), or a route only the owner serves: a reader
+            # hands that connection over, and the owner times it out.
+            reader, writer, head = await _kept_alive(port, HEALTH if i % 2 else PLAIN)
+            try:
+                if not i % 2:
+                    answered_by.add(_process_of(head))
+                assert await _closed_after(reader, WAIT_S) is not None
+            finally:
+                writer.close()
+            if len(answered_by) == 2 and i >= 3:
+                break
+        assert len(answered_by) == 2
+    finally:
+        await asyncio.to_thread(spoke.stop)
