@@ -185,6 +185,11 @@ async def test_a_slow_body_is_not_a_slow_header(make_spoke: SpokeFactory) -> Non
             await asyncio.sleep(0.05)  # 0.35 s in all
             writer.write(body[i:i + 4])
         assert b" 202 " in await _read_response(reader)
+        # Idle now, past the header timeout: not a slow header either (the body's last
+        # bytes are not the start of another request).
+        await asyncio.sleep(1.0)
+        writer.write(GET_SMALL)
+        assert b" 200 " in await _read_response(reader)
         assert spoke.app[CONNECTIONS].header_timeouts == 0
     finally:
         writer.close()
@@ -421,23 +426,28 @@ PARTIAL = b"GET /objects/ds/small.bin HTTP/1.1\r\nHo"
     b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",  # aiohttp's routes
     b"POST /warm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     b"Content-Length: 2\r\n\r\n[]",  # a request with a body (a 4xx on the hub, no route)
-])
+], ids=["fast", "aiohttp", "body"])
 async def test_a_slow_header_on_a_kept_alive_connection_is_cut(
     kind: str, first: bytes, dataset: Dataset, make_spoke: SpokeFactory
 ) -> None:
     server = await _start_hub_or_spoke(kind, dataset, make_spoke, header_timeout_s=0.5)
     try:
-        for pipelined in (False, True):  # the next request's start after the answer, or with it
+        # The next request's start after the answer, with the request, or with the last
+        # bytes of a request sent in two parts.
+        for sends, after in (([first], PARTIAL), ([first + PARTIAL], b""),
+                             ([first[:-2], first[-2:] + PARTIAL], b"")):
             reader, writer = await asyncio.open_connection("127.0.0.1", _port(server))
             try:
-                writer.write(first + PARTIAL if pipelined else first)
+                for data in sends:
+                    if data is not sends[0]:
+                        await asyncio.sleep(0.05)  # most likely two reads; either will do
+                    writer.write(data)
                 await _read_response(reader)
-                if not pipelined:
-                    writer.write(PARTIAL)
+                writer.write(after)
                 assert await _closed_after(reader, WAIT_S) is not None
             finally:
                 writer.close()
-        assert server.app[CONNECTIONS].header_timeouts == 2
+        assert server.app[CONNECTIONS].header_timeouts == 3
     finally:
         if kind == "hub":
             await server.stop()
