@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -459,11 +460,19 @@ PLAIN = b"GET /objects/ds/small.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=0-99\r\n
 HEALTH = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-async def _start_readers(hub: RunningServer, tmp_path: Path, *flags: str) -> Process:
-    return await asyncio.to_thread(start_process, "spoke", [
+@contextlib.asynccontextmanager
+async def _spoke_with_readers(
+    hub: RunningServer, tmp_path: Path, *flags: str
+) -> AsyncIterator[int]:
+    """A ``--workers 2`` spoke (a subprocess, and its reader) run with ``flags``; its port."""
+    spoke: Process = await asyncio.to_thread(start_process, "spoke", [
         "--hub", hub.url, "--cache-dir", str(tmp_path / "cache"), "--capacity", "64MiB",
         "--workers", "2", "--access-log", "off", "--log-level", "warning", *flags,
     ])
+    try:
+        yield int(spoke.url.rsplit(":", 1)[1])
+    finally:
+        await asyncio.to_thread(spoke.stop)
 
 
 def _process_of(head: bytes) -> bytes:
@@ -473,79 +482,78 @@ def _process_of(head: bytes) -> bytes:
 async def test_each_process_of_a_spoke_with_readers_closes_its_idlest_connection(
     hub: RunningServer, tmp_path: Path
 ) -> None:
-    spoke = await _start_readers(hub, tmp_path, "--max-connections-per-client", str(CAP))
-    port = int(spoke.url.rsplit(":", 1)[1])
     by_process: dict[bytes, list[tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]]] = {}
-    try:
-        # Connections one after another, each left idle once answered, until both
-        # processes have had more than their cap's worth: every one is answered.
-        for _ in range(200):
-            conn = await _kept_alive(port, PLAIN)
-            by_process.setdefault(_process_of(conn[2]), []).append(conn)
-            if len(by_process) == 2 and min(map(len, by_process.values())) > CAP:
-                break
-        assert len(by_process) == 2 and min(map(len, by_process.values())) > CAP
-        for process, conns in by_process.items():
-            for reader, _, _ in conns[:-CAP]:  # the idlest made room, in order
-                assert await _closed_after(reader, WAIT_S) is not None
-            for reader, writer, _ in conns[-CAP:]:  # the newest are served as before
-                writer.write(PLAIN)
-                assert _process_of(await _read_response(reader)) == process
-    finally:
-        for conns in by_process.values():
-            for _, writer, _ in conns:
-                writer.close()
-        await asyncio.to_thread(spoke.stop)
+    async with _spoke_with_readers(hub, tmp_path, "--max-connections-per-client", str(CAP)) \
+            as port:
+        try:
+            # Connections one after another, each left idle once answered, until both
+            # processes have had more than their cap's worth: every one is answered.
+            for _ in range(200):
+                conn = await _kept_alive(port, PLAIN)
+                by_process.setdefault(_process_of(conn[2]), []).append(conn)
+                if len(by_process) == 2 and min(map(len, by_process.values())) > CAP:
+                    break
+            assert len(by_process) == 2 and min(map(len, by_process.values())) > CAP
+            for process, conns in by_process.items():
+                for reader, _, _ in conns[:-CAP]:  # the idlest made room, in order
+                    assert await _closed_after(reader, WAIT_S) is not None
+                for reader, writer, _ in conns[-CAP:]:  # the newest are served as before
+                    writer.write(PLAIN)
+                    assert _process_of(await _read_response(reader)) == process
+        finally:
+            for conns in by_process.values():
+                for _, writer, _ in conns:
+                    writer.close()
+
+
+Opened = tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]
+
+
+async def _closed_on_both_processes(
+    port: int, open_one: Callable[[int, bool], Awaitable[Opened]]
+) -> None:
+    """Connections from ``open_one(port, plain)``, alternately with a plain read (either
+    process answers) and without (a reader hands the connection over to the owner), are
+    each closed by the server; until at least four were, and plain reads met both
+    processes of the spoke."""
+    seen: set[bytes] = set()
+    for i in range(200):
+        plain = i % 2 == 0
+        reader, writer, head = await open_one(port, plain)
+        try:
+            assert await _closed_after(reader, WAIT_S) is not None
+        finally:
+            writer.close()
+        if plain:
+            seen.add(_process_of(head))
+        if len(seen) == 2 and i >= 3:
+            return
+    raise AssertionError(f"only {seen} answered")
 
 
 async def test_a_slow_header_on_a_kept_alive_connection_of_either_process_is_cut(
     hub: RunningServer, tmp_path: Path
 ) -> None:
-    spoke = await _start_readers(hub, tmp_path, "--header-timeout", "0.5")
-    port = int(spoke.url.rsplit(":", 1)[1])
     warm = b"POST /warm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
         b"Content-Length: 2\r\n\r\n[]"  # a reader hands it, and what follows, over
-    answered_by: set[bytes] = set()
-    try:
-        for i in range(200):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                if i % 2:
-                    writer.write(warm + PARTIAL)
-                    await _read_response(reader)
-                else:
-                    writer.write(PLAIN)
-                    answered_by.add(_process_of(await _read_response(reader)))
-                    writer.write(PARTIAL)
-                assert await _closed_after(reader, WAIT_S) is not None
-            finally:
-                writer.close()
-            if len(answered_by) == 2 and i >= 3:
-                break
-        assert len(answered_by) == 2
-    finally:
-        await asyncio.to_thread(spoke.stop)
+
+    async def slow_header(port: int, plain: bool) -> Opened:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(PLAIN if plain else warm + PARTIAL)
+        head = await _read_response(reader)
+        if plain:
+            writer.write(PARTIAL)
+        return reader, writer, head
+
+    async with _spoke_with_readers(hub, tmp_path, "--header-timeout", "0.5") as port:
+        await _closed_on_both_processes(port, slow_header)
 
 
 async def test_idle_connections_of_either_process_time_out(
     hub: RunningServer, tmp_path: Path
 ) -> None:
-    spoke = await _start_readers(hub, tmp_path, "--keepalive-timeout", "0.5")
-    port = int(spoke.url.rsplit(":", 1)[1])
-    answered_by: set[bytes] = set()
-    try:
-        for i in range(200):
-            # A plain read (either process), or a route only the owner serves: a reader
-            # hands that connection over, and the owner times it out.
-            reader, writer, head = await _kept_alive(port, HEALTH if i % 2 else PLAIN)
-            try:
-                if not i % 2:
-                    answered_by.add(_process_of(head))
-                assert await _closed_after(reader, WAIT_S) is not None
-            finally:
-                writer.close()
-            if len(answered_by) == 2 and i >= 3:
-                break
-        assert len(answered_by) == 2
-    finally:
-        await asyncio.to_thread(spoke.stop)
+    async def idle(port: int, plain: bool) -> Opened:
+        return await _kept_alive(port, PLAIN if plain else HEALTH)
+
+    async with _spoke_with_readers(hub, tmp_path, "--keepalive-timeout", "0.5") as port:
+        await _closed_on_both_processes(port, idle)
