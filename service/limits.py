@@ -250,14 +250,15 @@ class LimitedRequestHandler(RequestHandler):
         if self.transport is None or not data:
             return
         self._last_active = time.monotonic()
-        if self._upgraded:
-            self._reading_head = False
-        elif self._request_count != parsed:  # a request's headers are complete
+        if self._request_count != parsed:  # a request's headers are complete
+            self._disarm()
             self._last_payload = self._messages[-1][1] if self._messages else None
             message = self._messages[-1][0] if self._messages else None
             self._last_chunked = getattr(message, "chunked", True)
-            self._reading_head = self._next_head_started(
+            self._reading_head = not self._upgraded and self._next_head_started(
                 data, self._request_count - parsed == 1 and body_done, was_reading)
+        elif self._upgraded:
+            self._reading_head = False  # no more HTTP requests on this connection
         elif body_done:
             self._reading_head = True  # not body bytes: the start (or more) of a head
         elif body is not None and body.is_eof() and not self._last_chunked:
@@ -266,8 +267,6 @@ class LimitedRequestHandler(RequestHandler):
         self._tail = data[-3:]
         if self._reading_head:
             self._arm()
-        elif self._request_count != parsed:
-            self._disarm()
 
     def _next_head_started(self, data: bytes, only_head_here: bool, was_reading: bool) -> bool:
         """Whether bytes of another request's head follow the request just parsed from
@@ -279,8 +278,10 @@ class LimitedRequestHandler(RequestHandler):
         if payload is None or not payload.is_eof() or self._last_chunked or not only_head_here:
             return False  # body bytes still to come, or where it ends is unknown here
         before = self._tail if was_reading else b""
-        head_end = (before + data).find(b"\r\n\r\n") + 4 - len(before)
-        return len(data) > head_end + payload.total_bytes
+        found = (before + data).find(b"\r\n\r\n")
+        if found < 0:
+            return False  # a head ended some other way (bare LFs): its length is unknown
+        return len(data) > found + 4 - len(before) + payload.total_bytes
 
     def adopt(self, transport: asyncio.Transport, client: str) -> None:
         """Take over a connection the fast path accepted and counted for ``client``."""
