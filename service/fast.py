@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import fcntl
 import functools
 import logging
 import os
 import socket
+import sys
+import termios
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -75,6 +78,19 @@ class Tracked(Protocol):
 
     def close_idle(self) -> None:
         """Close the connection, idle now, to make room for another of its client."""
+
+
+def has_unread_bytes(transport: asyncio.BaseTransport) -> bool:
+    """Whether the kernel holds bytes of the connection not read yet: a request may be
+    arriving, so the connection is not idle (closing it would lose that request)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4))
+    except OSError:
+        return False
+    return int.from_bytes(waiting, sys.byteorder) > 0
 
 
 class Limits(Protocol):
@@ -248,7 +264,7 @@ class FastProtocol(asyncio.Protocol):
     def idle_at(self) -> float | None:
         transport = self._transport
         if transport is None or self.task is not None or self._buf or self._writing_paused \
-                or transport.get_write_buffer_size():
+                or transport.get_write_buffer_size() or has_unread_bytes(transport):
             return None
         return self.idle_since
 

@@ -43,7 +43,7 @@ from aiohttp.web_response import StreamResponse
 
 from service import logs
 from service.cli import add_flag, positive
-from service.fast import FAST, FastHandler, FastServer, Tracked
+from service.fast import FAST, FastHandler, FastServer, Tracked, has_unread_bytes
 from service.metrics import Series
 from service.problem import Handler, problem_response
 
@@ -296,7 +296,8 @@ class LimitedRequestHandler(RequestHandler):
         body = self._last_payload
         if transport is None or self._reading_head or self._messages or self._upgraded \
                 or self._answered != self._request_count \
-                or (body is not None and not body.is_eof()) or transport.get_write_buffer_size():
+                or (body is not None and not body.is_eof()) or transport.get_write_buffer_size() \
+                or has_unread_bytes(transport):
             return None
         return self._last_active
 

@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import cast
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from hub.config import HubConfig
+from service.fast import has_unread_bytes
 from service.limits import CONNECTIONS, LIMIT, ConnectionLimits, InflightLimit
 from tests.conftest import CHUNK, SpokeFactory
 from tests.security.conftest import Dataset, call, problem
@@ -452,6 +454,34 @@ async def test_a_slow_header_on_a_kept_alive_connection_is_cut(
     finally:
         if kind == "hub":
             await server.stop()
+
+
+async def test_a_connection_with_bytes_waiting_in_the_kernel_is_not_idle() -> None:
+    """A request may be arriving on it: closing it for room would lose that request."""
+    accepted: asyncio.Future[asyncio.Transport] = asyncio.get_running_loop().create_future()
+
+    class Paused(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            cast(asyncio.Transport, transport).pause_reading()  # what comes stays in the kernel
+            accepted.set_result(cast(asyncio.Transport, transport))
+
+    server = await asyncio.get_running_loop().create_server(Paused, "127.0.0.1", 0)
+    _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    try:
+        transport = await asyncio.wait_for(accepted, WAIT_S)
+        assert not has_unread_bytes(transport)
+        writer.write(GET_SMALL)
+        for _ in range(int(WAIT_S / 0.01)):
+            if has_unread_bytes(transport):
+                break
+            await asyncio.sleep(0.01)
+        assert has_unread_bytes(transport)
+    finally:
+        writer.close()
+        if accepted.done():
+            accepted.result().close()
+        server.close()
+        await server.wait_closed()
 
 
 # --- the same with reader workers: each process of the spoke keeps its own count ------
