@@ -31,6 +31,7 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
         app, config.max_inflight_per_client,
         max_connections_per_client=config.max_connections_per_client,
         header_timeout_s=config.header_timeout_s,
+        keepalive_timeout_s=config.keepalive_timeout_s,
     )
     backend = backend or FilesystemBackend(config.root)
     app[handlers.BACKEND] = backend

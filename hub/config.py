@@ -12,6 +12,7 @@ from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
 from service.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_INFLIGHT_PER_CLIENT,
     add_limit_flags,
@@ -39,6 +40,7 @@ class HubConfig:
     max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
@@ -95,4 +97,5 @@ def config_from_args(args: argparse.Namespace) -> HubConfig:
         max_inflight_per_client=int(args.max_inflight_per_client),
         max_connections_per_client=int(args.max_connections_per_client),
         header_timeout_s=float(args.header_timeout),
+        keepalive_timeout_s=float(args.keepalive_timeout),
     )

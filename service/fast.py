@@ -9,18 +9,22 @@ On the first decline, the connection and every byte not yet answered go to
 aiohttp's own protocol for good, so anything unusual (other routes, bodies,
 malformed requests, auth failures, limits) gets exactly the answer it always got.
 
-Connection limits, the header timeout, the idle timeout, request ids and the access
-log apply here as they do under aiohttp.
+Connection limits (a client at its cap gets its idlest connection closed for a new
+one), the header timeout, the keep-alive timeout, request ids and the access log
+apply here as they do under aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import fcntl
 import functools
 import logging
 import os
 import socket
+import sys
+import termios
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +44,8 @@ MAX_BUFFERED_BYTES = 256 << 10
 # Flow control: stop writing at HIGH; resume only once the socket took everything,
 # so sendfile (which bypasses the transport's buffer) never overtakes buffered bytes.
 WRITE_HIGH_WATER = 256 << 10
+# How often idle connections are looked for; at most the keep-alive timeout itself,
+# so a connection is closed within twice that.
 IDLE_SWEEP_S = 5.0
 
 
@@ -63,16 +69,43 @@ FastHandler = Callable[
 FAST: web.AppKey[FastHandler] = web.AppKey("fast_handler")
 
 
+class Tracked(Protocol):
+    """A connection as the per-client cap sees it: idle or not, and closable when idle."""
+
+    def idle_at(self) -> float | None:
+        """When (``time.monotonic()``) the connection went idle between requests; None
+        while it is busy: a request being read or answered, or an answer still going out."""
+
+    def close_idle(self) -> None:
+        """Close the connection, idle now, to make room for another of its client."""
+
+
+def has_unread_bytes(transport: asyncio.BaseTransport) -> bool:
+    """Whether the kernel holds bytes of the connection not read yet: a request may be
+    arriving, so the connection is not idle (closing it would lose that request)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, bytes(4))
+    except OSError:
+        return False
+    return int.from_bytes(waiting, sys.byteorder) > 0
+
+
 class Limits(Protocol):
     header_timeout_s: float
     header_timeouts: int
+    keepalive_timeouts: int
 
-    def open(self, client: str) -> bool: ...
+    def open(self, client: str, conn: Tracked) -> bool: ...
 
-    def close(self, client: str) -> None: ...
+    def close(self, client: str, conn: Tracked) -> None: ...
+
+    def moved(self, client: str, old: Tracked, new: Tracked) -> None: ...
 
 
-class Adopter(Protocol):
+class Adopter(Tracked, Protocol):
     """aiohttp's connection protocol, able to take over a connection already counted."""
 
     def adopt(self, transport: asyncio.Transport, client: str) -> None: ...
@@ -100,7 +133,9 @@ class FastServer:
         """A connection's protocol; ``received``: bytes of it already read elsewhere (a
         connection handed over by another process), answered first."""
         if self._sweeper is None and self.idle_timeout_s > 0:
-            self._sweeper = asyncio.get_running_loop().call_later(IDLE_SWEEP_S, self._sweep)
+            self._sweeper = asyncio.get_running_loop().call_later(
+                min(IDLE_SWEEP_S, self.idle_timeout_s), self._sweep
+            )
         protocol = FastProtocol(self)
         protocol._buf += received
         return protocol
@@ -108,9 +143,13 @@ class FastServer:
     def _sweep(self) -> None:
         now = time.monotonic()
         for conn in list(self.connections):
-            if conn.idle_since is not None and now - conn.idle_since > self.idle_timeout_s:
+            idle_at = conn.idle_at()
+            if idle_at is not None and now - idle_at > self.idle_timeout_s:
+                self.limits.keepalive_timeouts += 1
                 conn.close()
-        self._sweeper = asyncio.get_running_loop().call_later(IDLE_SWEEP_S, self._sweep)
+        self._sweeper = asyncio.get_running_loop().call_later(
+            min(IDLE_SWEEP_S, self.idle_timeout_s), self._sweep
+        )
 
     async def shutdown(self, grace_s: float) -> None:
         """Let requests being answered finish (up to ``grace_s``), then close everything."""
@@ -174,7 +213,7 @@ class FastProtocol(asyncio.Protocol):
         transport = cast(asyncio.Transport, base)  # uvloop's does not subclass it
         peer = transport.get_extra_info("peername")
         client = str(peer[0]) if isinstance(peer, tuple | list) and peer else "-"
-        if not self.server.limits.open(client):
+        if not self.server.limits.open(client, self):
             transport.close()
             return
         self.client, self._counted, self._transport = client, True, transport
@@ -195,7 +234,7 @@ class FastProtocol(asyncio.Protocol):
         self._stop_polling()
         if self._counted:
             self._counted = False
-            self.server.limits.close(self.client)
+            self.server.limits.close(self.client, self)
         self.server.connections.discard(self)
         if self.task is not None:
             self.task.cancel()
@@ -219,6 +258,18 @@ class FastProtocol(asyncio.Protocol):
         self._wake_writer(None)
         if self.task is None:
             self._process()
+
+    # -- for the connection limits --------------------------------------------
+
+    def idle_at(self) -> float | None:
+        transport = self._transport
+        if transport is None or self.task is not None or self._buf or self._writing_paused \
+                or transport.get_write_buffer_size() or has_unread_bytes(transport):
+            return None
+        return self.idle_since
+
+    def close_idle(self) -> None:
+        self.close()
 
     # -- for handlers -------------------------------------------------------
 
@@ -424,6 +475,7 @@ class FastProtocol(asyncio.Protocol):
         protocol = self.server.slow()
         transport.set_protocol(protocol)  # type: ignore[arg-type]
         self._counted = False  # the connection's count moves with it
+        self.server.limits.moved(self.client, self, protocol)
         protocol.adopt(transport, self.client)
         if self._writing_paused:
             protocol.pause_writing()

@@ -45,6 +45,7 @@ def make_app(config: SpokeConfig) -> web.Application:
         app, config.max_inflight_per_client,
         max_connections_per_client=config.max_connections_per_client,
         header_timeout_s=config.header_timeout_s,
+        keepalive_timeout_s=config.keepalive_timeout_s,
     )
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)

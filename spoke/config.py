@@ -14,6 +14,7 @@ from service.auth import add_auth_flags
 from service.cli import add_flag, add_logging_flags, positive, size_arg
 from service.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_INFLIGHT_PER_CLIENT,
     add_limit_flags,
@@ -69,6 +70,7 @@ class SpokeConfig:
     max_inflight_per_client: int = DEFAULT_MAX_INFLIGHT_PER_CLIENT
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
     workers: int = 1
     cpu_affinity: str = "off"  # or "spread" (spoke.cpus)
     # Set only in a reader worker's process, by its owner (spoke.readers).
@@ -215,6 +217,7 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         max_inflight_per_client=int(args.max_inflight_per_client),
         max_connections_per_client=int(args.max_connections_per_client),
         header_timeout_s=float(args.header_timeout),
+        keepalive_timeout_s=float(args.keepalive_timeout),
         workers=int(args.workers),
         cpu_affinity=args.cpu_affinity,
         reader_channel_fd=args.reader_channel,

@@ -22,7 +22,7 @@ from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange
 from service.background import ErrorCounts, run_every
 from service.fast import FastConnection, FastServer, Reply
-from service.limits import AIOHTTP_KEEPALIVE_S, ConnectionLimits
+from service.limits import ConnectionLimits
 from service.metrics import Histogram
 from spoke.ahead import early_offset
 from spoke.cache import ChunkGone
@@ -256,8 +256,15 @@ class HandOver(asyncio.Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._transport = None
         if self._client:
-            self.limits.close(self._client)  # counted by the fast path when it arrived
+            self.limits.close(self._client, self)  # counted by the fast path when it arrived
             self._client = ""
+
+    def idle_at(self) -> float | None:
+        return None  # never idle: on its way to the owner, which answers what it holds
+
+    def close_idle(self) -> None:
+        if self._transport is not None:  # never chosen (never idle); closed all the same
+            self._transport.abort()
 
     def _pass(self) -> None:
         transport = self._transport
@@ -295,7 +302,7 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     limits = ConnectionLimits(config.max_connections_per_client, config.header_timeout_s)
     server = FastServer(
         ReaderReads(mirror, channel, checks_tokens=config.auth_secret_file is not None),
-        lambda: HandOver(channel, limits), limits, idle_timeout_s=AIOHTTP_KEEPALIVE_S,
+        lambda: HandOver(channel, limits), limits, idle_timeout_s=config.keepalive_timeout_s,
     )
     listener = await loop.create_server(
         server, config.host, config.port, reuse_address=True, reuse_port=True
