@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import collections
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -51,6 +53,7 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
+from loadtest import gojson
 from service.buffers import has_views
 
 # Under `python -m` __name__ is "__main__"; log under the module's real name either way.
@@ -81,8 +84,10 @@ WRITE_HIGH_WATER = 1 << 20
 # 30 MB); bounding by bytes rather than by chunk count keeps small-packet traffic
 # from being throttled by the buffer instead of by the toxic.
 BUFFER_LIMIT = 32 * 1024 * 1024
+# A toxic holding a stream with no deadline wakes this often (and on every change).
+HOLD_RECHECK_S = 3600.0
 
-# Attribute names and defaults per toxic type, as the real server reports them.
+# Attribute names and defaults per toxic type, in the order the real server reports them.
 TOXIC_ATTRIBUTES: dict[str, dict[str, int]] = {
     "noop": {},
     "latency": {"latency": 0, "jitter": 0},
@@ -93,13 +98,23 @@ TOXIC_ATTRIBUTES: dict[str, dict[str, int]] = {
     "limit_data": {"bytes": 0},
     "slicer": {"average_size": 0, "size_variation": 0, "delay": 0},
 }
+# The Go struct behind each type, for decode error messages.
+TOXIC_STRUCTS = {
+    "noop": "NoopToxic", "latency": "LatencyToxic", "bandwidth": "BandwidthToxic",
+    "slow_close": "SlowCloseToxic", "timeout": "TimeoutToxic", "reset_peer": "ResetToxic",
+    "limit_data": "LimitDataToxic", "slicer": "SlicerToxic",
+}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- errors
 
 
 class ApiError(Exception):
-    """An error the HTTP API reports as ``{"error": message, "status": status}``."""
+    """An error the HTTP API reports as ``{"error": message, "status": status}``.
+
+    As in Toxiproxy, where any error that is not one of its own API errors
+    (a listen failure, say) is a 500 with the error's text.
+    """
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
@@ -109,6 +124,10 @@ class ApiError(Exception):
 
 def _bad_request(detail: str) -> ApiError:
     return ApiError(f"bad request body: {detail}", 400)
+
+
+def _internal(detail: str) -> ApiError:
+    return ApiError(detail, 500)
 
 
 def _missing_field(detail: str) -> ApiError:
@@ -143,6 +162,89 @@ def _format_hostport(sockname: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _go_split_hostport(address: str) -> tuple[str, str]:
+    """Go's ``net.SplitHostPort``: ``ValueError`` with Go's message if it would fail."""
+    if address.startswith("["):
+        host, bracket, rest = address[1:].partition("]")
+        if not bracket:
+            raise ValueError(f"address {address}: missing ']' in address")
+        if not rest.startswith(":"):
+            problem = "missing port in address" if not rest else "unexpected ']' in address"
+            raise ValueError(f"address {address}: {problem}")
+        return host, rest[1:]
+    host, colon, port = address.rpartition(":")
+    if not colon:
+        raise ValueError(f"address {address}: missing port in address")
+    if ":" in host:
+        raise ValueError(f"address {address}: too many colons in address")
+    return host, port
+
+
+def _go_port(port: str) -> int:
+    """A port as Go's ``net.Listen`` reads it: empty means any, names are services."""
+    if not port:
+        return 0
+    if port.isdigit():
+        if int(port) > 65535:
+            raise ValueError(f"address {port}: invalid port")
+        return int(port)
+    try:
+        return socket.getservbyname(port, "tcp")
+    except OSError as exc:
+        raise ValueError(f"lookup tcp/{port}: unknown port") from exc
+
+
+async def _resolve_listen_host(host: str) -> tuple[socket.AddressFamily, str]:
+    """The one address Go's ``net.Listen`` binds for ``host``.
+
+    No host, ``0.0.0.0`` or ``::`` is every interface, on one dual-stack socket
+    (Go reports it as ``[::]:PORT``); a name is resolved to one address, IPv4 first.
+    """
+    try:
+        literal = ipaddress.ip_address(host.partition("%")[0]) if host else None
+    except ValueError:
+        literal = None
+    if not host or (literal is not None and literal.is_unspecified):
+        return (socket.AF_INET6, "::") if socket.has_dualstack_ipv6() else (socket.AF_INET, "")
+    if literal is not None:
+        family = socket.AF_INET6 if literal.version == 6 else socket.AF_INET
+        return family, host
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ValueError(f"lookup {host}: no such host") from exc
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return infos[0][0], str(infos[0][4][0])
+
+
+async def listen_like_go(listen: str) -> socket.socket:
+    """A listening socket for ``listen``, as Toxiproxy's ``net.Listen("tcp", listen)``.
+
+    Raises :class:`ApiError` 500 with Go's error text when it cannot listen.
+    """
+    try:
+        host, port_text = _go_split_hostport(listen)
+        port = _go_port(port_text)
+        family, address = await _resolve_listen_host(host)
+    except ValueError as exc:
+        raise _internal(f"listen tcp: {exc}") from exc
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6 and address == "::":
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((address, port))
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        reason = (exc.strerror or str(exc)).lower()
+        raise _internal(f"listen tcp {shown}: bind: {reason}") from exc
+    sock.setblocking(False)
+    return sock
+
+
 # --------------------------------------------------------------------------- toxics
 
 
@@ -152,71 +254,87 @@ class Toxic:
 
     name: str
     type: str
-    stream: str
-    toxicity: float
+    stream: str  # as the client wrote it ("UpStream" too): Toxiproxy reports it so
+    toxicity: float  # a float32, as Toxiproxy keeps it
     attributes: dict[str, int]
 
+    @property
+    def direction(self) -> str:
+        return self.stream.lower()
+
     def to_json(self) -> dict[str, Any]:
+        # The field order of Toxiproxy's ToxicWrapper: attributes come first.
         return {
+            "attributes": dict(self.attributes),
             "name": self.name,
             "type": self.type,
             "stream": self.stream,
-            "toxicity": self.toxicity,
-            "attributes": dict(self.attributes),
+            "toxicity": gojson.number(self.toxicity),
         }
 
 
-def _parse_int_attributes(toxic_type: str, raw: Any, base: dict[str, int]) -> dict[str, int]:
-    """Merge ``raw`` over ``base``; unknown keys are ignored like Go's JSON decoder does."""
-    if raw is None:
-        return dict(base)
-    if not isinstance(raw, dict):
-        raise _bad_request("attributes must be an object")
-    merged = dict(base)
-    for key in TOXIC_ATTRIBUTES[toxic_type]:
-        if key not in raw:
-            continue
-        value = raw[key]
-        # Go decodes into int64: floats with a fraction, bools and strings are errors.
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _bad_request(f"attribute {key} must be an integer")
-        if isinstance(value, float) and not value.is_integer():
-            raise _bad_request(f"attribute {key} must be an integer")
-        merged[key] = int(value)
-    return merged
+def _decode_attributes(
+    toxic_type: str, body: gojson.Fields | None, base: dict[str, int]
+) -> dict[str, int]:
+    """Decode ``body``'s ``attributes`` over ``base`` into the toxic's Go struct."""
+    where = f"{TOXIC_STRUCTS[toxic_type]}"
+    raw = gojson.object_field(body, "attributes", "ToxicWrapper", f"toxics.{where}")
+    return {
+        key: gojson.int64_field(raw, key, f"{where}.attributes", value)
+        for key, value in base.items()
+    }
 
 
-def _parse_toxicity(raw: Any, default: float) -> float:
-    if raw is None:
-        return default
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise _bad_request("toxicity must be a number")
-    return float(raw)
+def _decoded(decode: Callable[[], Any]) -> Any:
+    """Run a decode step; Go's decode errors are 400 "bad request body"."""
+    try:
+        return decode()
+    except gojson.DecodeError as exc:
+        raise _bad_request(str(exc)) from exc
 
 
-def parse_new_toxic(body: Any) -> Toxic:
-    """Validate a toxic-create body the way Toxiproxy does (defaults: downstream, 1.0)."""
-    if not isinstance(body, dict):
-        raise _bad_request("expected a JSON object")
-    stream = body.get("stream") or DOWNSTREAM
-    if not isinstance(stream, str) or stream.lower() not in STREAMS:
+def parse_new_toxic(raw: bytes, exists: Callable[[str], bool]) -> Toxic:
+    """Decode a toxic-create body as Toxiproxy's AddToxicJson, checking in its order.
+
+    Defaults are stream ``downstream``, toxicity 1 and name ``<type>_<stream>``;
+    the name clash (409) is found before the attributes are decoded.
+    """
+
+    def wrapper() -> tuple[gojson.Fields | None, str, str, str, float]:
+        body = gojson.struct_fields(gojson.decode(raw), "toxics.ToxicWrapper")
+        # Here the attributes decode into a no-op toxic: only their shape is checked.
+        gojson.object_field(body, "attributes", "ToxicWrapper", "toxics.NoopToxic")
+        name = gojson.string_field(body, "name", "ToxicWrapper", "")
+        toxic_type = gojson.string_field(body, "type", "ToxicWrapper", "")
+        stream = gojson.string_field(body, "stream", "ToxicWrapper", DOWNSTREAM)
+        toxicity = gojson.float32_field(body, "toxicity", "ToxicWrapper", 1.0)
+        return body, name, toxic_type, stream, toxicity
+
+    body, name, toxic_type, stream, toxicity = _decoded(wrapper)
+    if stream.lower() not in STREAMS:
         _fail(INVALID_STREAM)
-    stream = stream.lower()
-    toxic_type = body.get("type")
-    if not isinstance(toxic_type, str) or toxic_type not in TOXIC_ATTRIBUTES:
+    name = name or f"{toxic_type}_{stream}"
+    if toxic_type not in TOXIC_ATTRIBUTES:
         _fail(INVALID_TOXIC_TYPE)
-    name = body.get("name") or f"{toxic_type}_{stream}"
-    if not isinstance(name, str):
-        raise _bad_request("name must be a string")
-    return Toxic(
-        name=name,
-        type=toxic_type,
-        stream=stream,
-        toxicity=_parse_toxicity(body.get("toxicity"), 1.0),
-        attributes=_parse_int_attributes(
-            toxic_type, body.get("attributes"), TOXIC_ATTRIBUTES[toxic_type]
-        ),
+    if exists(name):
+        _fail(TOXIC_EXISTS)
+    attributes = _decoded(
+        lambda: _decode_attributes(toxic_type, body, TOXIC_ATTRIBUTES[toxic_type])
     )
+    return Toxic(name, toxic_type, stream, toxicity, attributes)
+
+
+def apply_toxic_update(toxic: Toxic, raw: bytes) -> None:
+    """Decode a toxic-update body as Toxiproxy's UpdateToxicJson: attributes and
+    toxicity only (name, type and stream are fixed); nothing changes on an error."""
+
+    def decode() -> tuple[dict[str, int], float]:
+        body = gojson.struct_fields(gojson.decode(raw), "struct")
+        attributes = _decode_attributes(toxic.type, body, toxic.attributes)
+        toxicity = gojson.float32_field(body, "toxicity", "struct", toxic.toxicity)
+        return attributes, toxicity
+
+    toxic.attributes, toxic.toxicity = _decoded(decode)
 
 
 @dataclass(slots=True)
@@ -370,21 +488,25 @@ class _SlowClose(_Runtime):
 
 
 class _Timeout(_Runtime):
-    """Drops all data; closes the stream after ``timeout`` ms (0 = never).
+    """Drops all data; closes the stream once ``timeout`` ms pass with no data (0 = never).
 
-    The timer runs from when the toxic starts acting (connection start, or being
-    added to a live connection), not from the first byte. Removing the toxic
-    closes the connections it was holding, as Toxiproxy's cleanup does.
+    As Toxiproxy's, whose loop waits on a fresh ``time.After(timeout)`` next to its
+    input: the countdown starts when the toxic starts acting (connection start,
+    being added, updated, or a neighbour changing) and starts over with every
+    chunk that reaches it. Once its input has ended that loop never waits again,
+    so the countdown stops and the stream stays open until the toxic goes.
+    Removing the toxic closes the connections it was holding (its Cleanup).
     """
 
     def __init__(self, toxic: Toxic, link: _Link) -> None:
         super().__init__(toxic, link)
         self._timer: asyncio.TimerHandle | None = None
+        self._ended = False  # the input has ended: the countdown never runs again
 
     def _arm(self) -> None:
         self.stopped()
         timeout = self.attr("timeout")
-        if self.engaged and timeout > 0:
+        if self.engaged and timeout > 0 and not self._ended:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(timeout / 1000.0, self._expire)
 
@@ -403,7 +525,9 @@ class _Timeout(_Runtime):
         was_engaged = self.engaged
         super().detached(rest_index)
         self.stopped()
-        if was_engaged:
+        # After the end of input the pump waits in eof(); removal ends that wait
+        # and the pump closes the stream itself.
+        if was_engaged and not self._ended:
             self.link.close_from(rest_index)
 
     def stopped(self) -> None:
@@ -412,8 +536,15 @@ class _Timeout(_Runtime):
             self._timer = None
 
     async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
-        # Data is dropped on the floor while the toxic is active, as in Toxiproxy.
-        return
+        # Data is dropped on the floor while the toxic is active, and restarts the countdown.
+        self._arm()
+
+    async def eof(self) -> None:
+        self._ended = True
+        self.stopped()
+        loop = asyncio.get_running_loop()
+        # Held until the toxic is removed or rolls inactive (hold_until returns then).
+        await self.hold_until(lambda: loop.time() + HOLD_RECHECK_S)
 
 
 class _ResetPeer(_Runtime):
@@ -728,14 +859,19 @@ class _Link:
         self._out: list[bytes | memoryview] = []
         self._out_bytes = 0
         for toxic in toxics:
-            self.attach(toxic)
+            self.attach(toxic, live=False)
 
     # ---- toxic management (called by the proxy on API changes)
 
-    def attach(self, toxic: Toxic) -> None:
+    def attach(self, toxic: Toxic, *, live: bool = True) -> None:
+        """Add ``toxic`` at the end of the chain; ``live`` when the link already runs."""
         if self._closing:
             return
         runtime = RUNTIMES[toxic.type](toxic, self)
+        # Toxiproxy interrupts the toxic before the new one and runs it again: it
+        # rolls its toxicity again and starts over (a timeout's countdown too).
+        if live and self._runtimes:
+            self._runtimes[-1].updated()
         self._runtimes.append(runtime)
         runtime.attached()
         self.notify()
@@ -751,6 +887,8 @@ class _Link:
             if runtime.toxic.name == name:
                 del self._runtimes[index]
                 runtime.detached(index)
+                if index > 0 and not self._closing:  # its predecessor runs again, as on attach
+                    self._runtimes[index - 1].updated()
                 break
         self.notify()
 
@@ -938,17 +1076,23 @@ class _Proxy:
             "listen": self.listen,
             "upstream": self.upstream,
             "enabled": self.enabled,
+            # Toxiproxy's Proxy has an exported zerolog.Logger with no JSON tag, which
+            # marshals as an empty object; clients see it, so it is here too.
+            "Logger": {},
             "toxics": [toxic.to_json() for toxic in self.ordered_toxics()],
         }
 
     def ordered_toxics(self) -> list[Toxic]:
         # Toxiproxy lists the upstream chain first, then the downstream one.
-        return [t for t in self.toxics if t.stream == UPSTREAM] + [
-            t for t in self.toxics if t.stream == DOWNSTREAM
+        return [t for t in self.toxics if t.direction == UPSTREAM] + [
+            t for t in self.toxics if t.direction == DOWNSTREAM
         ]
 
     def toxics_for(self, stream: str) -> list[Toxic]:
-        return [t for t in self.toxics if t.stream == stream]
+        return [t for t in self.toxics if t.direction == stream]
+
+    def has_toxic(self, name: str) -> bool:
+        return any(t.name == name for t in self.toxics)
 
     def find_toxic(self, name: str) -> Toxic:
         for toxic in self.toxics:
@@ -961,14 +1105,14 @@ class _Proxy:
     async def start(self) -> None:
         if self.enabled:
             return
-        host, port = split_hostport(self.listen)
+        # As Toxiproxy: no host (an omitted listen is "") means every interface.
+        sock = await listen_like_go(self.listen)
         loop = asyncio.get_running_loop()
         try:
-            server = await loop.create_server(
-                lambda: _End(on_made=self._accepted), host or None, port, reuse_address=True
-            )
+            server = await loop.create_server(lambda: _End(on_made=self._accepted), sock=sock)
         except OSError as exc:
-            raise ApiError(f"listen tcp {self.listen}: {exc.strerror or exc}", 500) from exc
+            sock.close()
+            raise _internal(f"listen tcp {self.listen}: {exc.strerror or exc}") from exc
         self._server = server
         self.listen = _format_hostport(server.sockets[0].getsockname())
         self.enabled = True
@@ -991,6 +1135,17 @@ class _Proxy:
             await server.wait_closed()
         logger.info("proxy %s stopped", self.name)
 
+    async def update(self, listen: str, upstream: str, enabled: bool) -> None:
+        """Toxiproxy's Proxy.Update: a new address restarts the listener (dropping
+        connections), then the enabled flag is applied."""
+        if listen != self.listen or upstream != self.upstream:
+            await self.stop()
+            self.listen, self.upstream = listen, upstream
+        if enabled and not self.enabled:
+            await self.start()
+        elif not enabled:
+            await self.stop()
+
     def _accepted(self, client: _End) -> None:
         task = asyncio.ensure_future(self._accept(client))
         self._accepting.add(task)
@@ -998,11 +1153,13 @@ class _Proxy:
 
     async def _accept(self, client: _End) -> None:
         epoch = self._epoch
-        host, port = split_hostport(self.upstream)
         loop = asyncio.get_running_loop()
         try:
-            _, upstream = await loop.create_connection(_End, host, port)
-        except OSError as exc:
+            # Toxiproxy takes any upstream text and finds out here, when it dials.
+            host, port_text = _go_split_hostport(self.upstream)
+            target = host or "localhost"  # Go dials the local system for ":port"
+            _, upstream = await loop.create_connection(_End, target, _go_port(port_text))
+        except (OSError, ValueError) as exc:
             logger.warning("proxy %s: upstream %s unreachable: %s", self.name, self.upstream, exc)
             client.close()
             return
@@ -1032,17 +1189,17 @@ class _Proxy:
             _fail(TOXIC_EXISTS)
         self.toxics.append(toxic)
         for connection in list(self._connections):
-            connection.links[toxic.stream].attach(toxic)
+            connection.links[toxic.direction].attach(toxic)
 
     def update_toxic(self, toxic: Toxic) -> None:
         for connection in list(self._connections):
-            connection.links[toxic.stream].update(toxic.name)
+            connection.links[toxic.direction].update(toxic.name)
 
     def remove_toxic(self, name: str) -> None:
         toxic = self.find_toxic(name)
         self.toxics.remove(toxic)
         for connection in list(self._connections):
-            connection.links[toxic.stream].detach(name)
+            connection.links[toxic.direction].detach(name)
 
     def remove_all_toxics(self) -> None:
         for toxic in list(self.toxics):
@@ -1051,49 +1208,65 @@ class _Proxy:
 
 # --------------------------------------------------------------------------- HTTP API
 
+JSON_TYPE = "application/json"
+# Go's http.Error answers in plain text, whatever the handler set before.
+TEXT_TYPE = "text/plain; charset=utf-8"
+VERSION_TYPE = "application/json;charset=utf-8"
+REQUEST_ID_HEADER = "X-Toxiproxy-Request-Id"
+# Toxiproxy refuses browsers, so a web page cannot drive the API (a CSRF guard).
+BROWSER_PREFIX = "Mozilla/"
+
 
 def _json_reply(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status)
+    return web.Response(body=gojson.encode(data), status=status,
+                        headers={"Content-Type": JSON_TYPE})  # fmt: skip
+
+
+def _text_reply(text: str, status: int) -> web.Response:
+    """Go's ``http.Error``: the text and a newline, as text/plain with nosniff."""
+    headers = {"Content-Type": TEXT_TYPE, "X-Content-Type-Options": "nosniff"}
+    return web.Response(body=f"{text}\n".encode(), status=status, headers=headers)
+
+
+def _error_reply(exc: ApiError) -> web.Response:
+    # Toxiproxy's apiError writes its JSON through http.Error: a JSON body, text/plain.
+    body = gojson.encode({"error": exc.message, "status": exc.status}).decode()
+    return _text_reply(body, exc.status)
+
+
+def _request_id() -> str:
+    # zerolog's hlog.RequestIDHandler stamps an xid: 12 bytes, base32hex, 20 characters.
+    return base64.b32hexencode(os.urandom(12)).decode().rstrip("=").lower()
 
 
 @web.middleware
-async def _errors_as_json(
+async def _as_toxiproxy(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as exc:
-        if exc.status >= 500:
-            logger.warning("%s %s: %s", request.method, request.path, exc.message)
-        return _json_reply({"error": exc.message, "status": exc.status}, exc.status)
+    """Toxiproxy's router and its middlewares, in their order.
 
-
-async def _read_json(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        raise _bad_request("EOF")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise _bad_request(str(exc)) from exc
-
-
-def _opt_str(body: dict[str, Any], key: str, default: str) -> str:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _bad_request(f"{key} must be a string")
-    return value
-
-
-def _opt_bool(body: dict[str, Any], key: str, default: bool) -> bool:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _bad_request(f"{key} must be a boolean")
-    return value
+    gorilla/mux runs route middlewares only on a match: an unknown path gets
+    ``http.NotFound``'s text and a method not allowed an empty 405, with no request
+    id. A match gets a request id, then browsers are refused, then the handler runs.
+    """
+    unmatched = request.match_info.http_exception
+    if unmatched is not None:
+        if unmatched.status == 405:
+            return web.Response(status=405)
+        return _text_reply("404 page not found", 404)
+    request_id = _request_id()
+    response: web.StreamResponse
+    if request.headers.get("User-Agent", "").startswith(BROWSER_PREFIX):
+        response = _text_reply("User agent not allowed", 403)
+    else:
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            if exc.status >= 500:
+                logger.warning("%s %s: %s", request.method, request.path, exc.message)
+            response = _error_reply(exc)
+    response.headers[REQUEST_ID_HEADER] = request_id
+    return response
 
 
 @dataclass
@@ -1101,23 +1274,60 @@ class _ProxySpec:
     name: str
     listen: str
     upstream: str
-    enabled: bool
+    enabled: bool | None  # None: not given (populate's nullable field)
 
 
-def _parse_proxy_spec(body: Any, where: str = "") -> _ProxySpec:
-    if not isinstance(body, dict):
-        raise _bad_request("expected a JSON object")
-    name = _opt_str(body, "name", "")
-    if not name:
+def _decode_proxy(body: gojson.Fields | None, current: _ProxySpec) -> _ProxySpec:
+    """Decode a Proxy over ``current``, as Go decodes into a prefilled struct."""
+    # The exported Logger field decodes too: only an object (or null) fits it.
+    gojson.object_field(body, "Logger", "Proxy", "zerolog.Logger")
+    return _ProxySpec(
+        name=gojson.string_field(body, "name", "Proxy", current.name),
+        listen=gojson.string_field(body, "listen", "Proxy", current.listen),
+        upstream=gojson.string_field(body, "upstream", "Proxy", current.upstream),
+        enabled=gojson.bool_field(body, "enabled", "Proxy", current.enabled),
+    )
+
+
+def _decode_proxy_body(raw: bytes, current: _ProxySpec) -> _ProxySpec:
+    def decode() -> _ProxySpec:
+        return _decode_proxy(gojson.struct_fields(gojson.decode(raw), "toxiproxy.Proxy"), current)
+
+    spec: _ProxySpec = _decoded(decode)
+    return spec
+
+
+def _decode_populate(raw: bytes) -> list[_ProxySpec]:
+    def decode() -> list[_ProxySpec]:
+        items = gojson.decode(raw)
+        if items is None:
+            return []
+        if not isinstance(items, list) or isinstance(items, gojson.Fields):
+            raise gojson.DecodeError(f"json: cannot unmarshal {gojson.kind(items).split()[0]} "
+                                     "into Go value of type []struct")  # fmt: skip
+        blank = _ProxySpec("", "", "", None)
+        return [_decode_proxy(gojson.struct_fields(item, "struct"), blank) for item in items]
+
+    specs: list[_ProxySpec] = _decoded(decode)
+    return specs
+
+
+def _check_required(spec: _ProxySpec, where: str = "") -> None:
+    if not spec.name:
         raise _missing_field(f"name{where}")
-    upstream = _opt_str(body, "upstream", "")
-    if not upstream:
+    if not spec.upstream:
         raise _missing_field(f"upstream{where}")
-    split_hostport(upstream)
-    # An empty listen would mean "all interfaces, any port"; default to loopback instead.
-    listen = _opt_str(body, "listen", "") or "127.0.0.1:0"
-    split_hostport(listen)
-    return _ProxySpec(name, listen, upstream, _opt_bool(body, "enabled", True))
+
+
+def _check_populate(specs: list[_ProxySpec]) -> None:
+    """Toxiproxy's first populate phase: the whole request is checked before any change."""
+    names: set[str] = set()
+    for number, spec in enumerate(specs, start=1):
+        _check_required(spec, f" at proxy {number}")
+        if spec.name in names:
+            # A plain Go error, not one of its API errors: a 500.
+            raise _internal(f"duplicate proxy name {json.dumps(spec.name)}")
+        names.add(spec.name)
 
 
 class ToxiproxyServer:
@@ -1136,7 +1346,7 @@ class ToxiproxyServer:
         return f"http://{host}:{self.port}"
 
     async def start(self, host: str = "127.0.0.1", port: int = 8474) -> int:
-        app = web.Application(middlewares=[_errors_as_json])
+        app = web.Application(middlewares=[_as_toxiproxy])
         self._add_routes(app)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -1158,18 +1368,22 @@ class ToxiproxyServer:
             self._runner = None
 
     def _add_routes(self, app: web.Application) -> None:
-        app.router.add_get("/version", self._version)
+        # gorilla/mux routes GET alone: HEAD is a 405 there, so no HEAD here either.
+        def get(path: str, handler: Callable[[web.Request], Awaitable[web.Response]]) -> None:
+            app.router.add_get(path, handler, allow_head=False)
+
+        get("/version", self._version)
         app.router.add_post("/reset", self._reset)
         app.router.add_post("/populate", self._populate)
-        app.router.add_get("/proxies", self._proxy_index)
+        get("/proxies", self._proxy_index)
         app.router.add_post("/proxies", self._proxy_create)
-        app.router.add_get("/proxies/{proxy}", self._proxy_show)
+        get("/proxies/{proxy}", self._proxy_show)
         app.router.add_post("/proxies/{proxy}", self._proxy_update)
         app.router.add_patch("/proxies/{proxy}", self._proxy_update)
         app.router.add_delete("/proxies/{proxy}", self._proxy_delete)
-        app.router.add_get("/proxies/{proxy}/toxics", self._toxic_index)
+        get("/proxies/{proxy}/toxics", self._toxic_index)
         app.router.add_post("/proxies/{proxy}/toxics", self._toxic_create)
-        app.router.add_get("/proxies/{proxy}/toxics/{toxic}", self._toxic_show)
+        get("/proxies/{proxy}/toxics/{toxic}", self._toxic_show)
         app.router.add_post("/proxies/{proxy}/toxics/{toxic}", self._toxic_update)
         app.router.add_patch("/proxies/{proxy}/toxics/{toxic}", self._toxic_update)
         app.router.add_delete("/proxies/{proxy}/toxics/{toxic}", self._toxic_delete)
@@ -1183,11 +1397,9 @@ class ToxiproxyServer:
     # ---- handlers
 
     async def _version(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=json.dumps({"version": VERSION}) + "\n",
-            content_type="application/json",
-            charset="utf-8",
-        )
+        # Written by hand in Toxiproxy, with a space after the colon and a newline.
+        body = f'{{"version": "{VERSION}"}}\n'.encode()
+        return web.Response(body=body, headers={"Content-Type": VERSION_TYPE})
 
     async def _reset(self, request: web.Request) -> web.Response:
         async with self._lock:
@@ -1197,72 +1409,60 @@ class ToxiproxyServer:
         return web.Response(status=204)
 
     async def _populate(self, request: web.Request) -> web.Response:
+        raw = await request.read()
         try:
-            body = await _read_json(request)
-            if not isinstance(body, list):
-                raise _bad_request("expected a JSON array of proxies")
-            specs = [_parse_proxy_spec(item, f" at proxy {i + 1}") for i, item in enumerate(body)]
-            names = [spec.name for spec in specs]
-            if len(set(names)) != len(names):
-                raise _bad_request("duplicate proxy name")
+            specs = _decode_populate(raw)
+            _check_populate(specs)
             async with self._lock:
                 proxies = [await self._add_or_replace(spec) for spec in specs]
         except ApiError as exc:
-            # Toxiproxy's populate error reply also carries the (null) proxy list.
+            # Toxiproxy's populate reply: its error fields, then the (null) proxy list.
             payload = {"error": exc.message, "status": exc.status, "proxies": None}
             return _json_reply(payload, exc.status)
-        return _json_reply({"proxies": [p.to_json() for p in proxies]}, 201)
+        # Go marshals an empty result list as null.
+        return _json_reply({"proxies": [p.to_json() for p in proxies] or None}, 201)
 
     async def _add_or_replace(self, spec: _ProxySpec) -> _Proxy:
         existing = self._proxies.get(spec.name)
         if existing is not None:
             if existing.listen == spec.listen and existing.upstream == spec.upstream:
                 return existing
+            # Stopped first; it stays listed (stopped) if the new one cannot start.
             await existing.stop()
-            del self._proxies[spec.name]
-        return await self._create(spec)
-
-    async def _create(self, spec: _ProxySpec) -> _Proxy:
-        proxy = _Proxy(spec.name, spec.listen, spec.upstream)
-        if spec.enabled:
-            await proxy.start()
+        proxy = await self._start_new(spec)
         self._proxies[spec.name] = proxy
         return proxy
 
+    async def _start_new(self, spec: _ProxySpec) -> _Proxy:
+        proxy = _Proxy(spec.name, spec.listen, spec.upstream)
+        if spec.enabled is not False:
+            await proxy.start()
+        return proxy
+
     async def _proxy_index(self, request: web.Request) -> web.Response:
-        return _json_reply({name: p.to_json() for name, p in self._proxies.items()})
+        # A Go map marshals with its keys sorted.
+        return _json_reply({name: self._proxies[name].to_json() for name in sorted(self._proxies)})
 
     async def _proxy_create(self, request: web.Request) -> web.Response:
-        spec = _parse_proxy_spec(await _read_json(request))
+        spec = _decode_proxy_body(await request.read(), _ProxySpec("", "", "", True))
+        _check_required(spec)
         async with self._lock:
             if spec.name in self._proxies:
                 _fail(PROXY_EXISTS)
-            proxy = await self._create(spec)
+            proxy = await self._start_new(spec)
+            self._proxies[spec.name] = proxy
         return _json_reply(proxy.to_json(), 201)
 
     async def _proxy_show(self, request: web.Request) -> web.Response:
         return _json_reply(self._proxy(request).to_json())
 
     async def _proxy_update(self, request: web.Request) -> web.Response:
+        raw = await request.read()
         async with self._lock:
             proxy = self._proxy(request)
-            body = await _read_json(request)
-            if not isinstance(body, dict):
-                raise _bad_request("expected a JSON object")
-            listen = _opt_str(body, "listen", proxy.listen)
-            upstream = _opt_str(body, "upstream", proxy.upstream)
-            enabled = _opt_bool(body, "enabled", proxy.enabled)
-            split_hostport(listen)
-            split_hostport(upstream)
-            # As in Toxiproxy: a new address restarts the listener (dropping
-            # connections); then the enabled flag is applied.
-            if listen != proxy.listen or upstream != proxy.upstream:
-                await proxy.stop()
-                proxy.listen, proxy.upstream = listen, upstream
-            if enabled and not proxy.enabled:
-                await proxy.start()
-            elif not enabled:
-                await proxy.stop()
+            current = _ProxySpec(proxy.name, proxy.listen, proxy.upstream, proxy.enabled)
+            spec = _decode_proxy_body(raw, current)
+            await proxy.update(spec.listen, spec.upstream, bool(spec.enabled))
         return _json_reply(proxy.to_json())
 
     async def _proxy_delete(self, request: web.Request) -> web.Response:
@@ -1277,7 +1477,7 @@ class ToxiproxyServer:
 
     async def _toxic_create(self, request: web.Request) -> web.Response:
         proxy = self._proxy(request)
-        toxic = parse_new_toxic(await _read_json(request))
+        toxic = parse_new_toxic(await request.read(), proxy.has_toxic)
         proxy.add_toxic(toxic)
         return _json_reply(toxic.to_json())
 
@@ -1288,13 +1488,7 @@ class ToxiproxyServer:
     async def _toxic_update(self, request: web.Request) -> web.Response:
         proxy = self._proxy(request)
         toxic = proxy.find_toxic(request.match_info["toxic"])
-        body = await _read_json(request)
-        if not isinstance(body, dict):
-            raise _bad_request("expected a JSON object")
-        # Only attributes and toxicity can change; name, type and stream are fixed.
-        attributes = _parse_int_attributes(toxic.type, body.get("attributes"), toxic.attributes)
-        toxic.toxicity = _parse_toxicity(body.get("toxicity"), toxic.toxicity)
-        toxic.attributes = attributes
+        apply_toxic_update(toxic, await request.read())
         proxy.update_toxic(toxic)
         return _json_reply(toxic.to_json())
 

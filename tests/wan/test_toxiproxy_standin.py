@@ -173,23 +173,32 @@ def test_proxy_lifecycle_and_json_shapes(client: Any, api_url: str, echo_upstrea
 
     assert client.proxies()["hub"].listen == wan.listen
     shown = requests.get(f"{api_url}/proxies/hub", timeout=IO_TIMEOUT).json()
+    # The real server marshals its Proxy struct, exported zerolog Logger included.
     assert shown == {
         "name": "hub",
         "listen": wan.listen,
         "upstream": echo_upstream,
         "enabled": True,
+        "Logger": {},
         "toxics": [],
     }
+    assert list(shown) == ["name", "listen", "upstream", "enabled", "Logger", "toxics"]
 
     wan.proxy.add_toxic(type="latency", attributes={"latency": 5})
     toxic = {
+        "attributes": {"latency": 5, "jitter": 0},
         "name": "latency_downstream",
         "type": "latency",
         "stream": "downstream",
-        "toxicity": 1.0,
-        "attributes": {"latency": 5, "jitter": 0},
+        "toxicity": 1,
     }
-    assert requests.get(f"{api_url}/proxies/hub/toxics", timeout=IO_TIMEOUT).json() == [toxic]
+    listed = requests.get(f"{api_url}/proxies/hub/toxics", timeout=IO_TIMEOUT)
+    assert listed.json() == [toxic]
+    # Go's json.Marshal: ToxicWrapper's field order, compact, a float32 1 written as 1.
+    assert listed.text == (
+        '[{"attributes":{"latency":5,"jitter":0},"name":"latency_downstream",'
+        '"type":"latency","stream":"downstream","toxicity":1}]'
+    )
     assert requests.get(f"{api_url}/proxies/hub", timeout=IO_TIMEOUT).json()["toxics"] == [toxic]
     assert wan.proxy.get_toxic("latency_downstream").attributes["latency"] == 5
 
