@@ -35,6 +35,7 @@ import base64
 import collections
 import contextlib
 import ipaddress
+import itertools
 import json
 import logging
 import os
@@ -424,7 +425,8 @@ class _Latency(_Runtime):
         delay = self.attr("latency")
         jitter = self.attr("jitter")
         if jitter > 0:
-            delay += random.randint(-jitter, jitter)
+            # Go's rand.Int63n(2 * jitter) - jitter: from -jitter up to jitter - 1.
+            delay += random.randrange(-jitter, jitter)
         return delay / 1000.0
 
     async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
@@ -548,14 +550,17 @@ class _Timeout(_Runtime):
 
 
 class _ResetPeer(_Runtime):
-    """On the first data in its stream, waits ``timeout`` ms then resets (TCP RST)."""
+    """On the first data in its stream, drops it, waits ``timeout`` ms, then resets (TCP RST).
+
+    Toxiproxy waits on a bare ``time.After`` there, which nothing interrupts: once
+    the data has come, removing or changing the toxic no longer stops the reset.
+    """
 
     async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
-        deadline = asyncio.get_running_loop().time() + self.attr("timeout") / 1000.0
-        await self.hold_until(lambda: deadline)
-        if not self.engaged:
-            await out.emit(chunk)
-            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.attr("timeout") / 1000.0
+        while (remaining := deadline - loop.time()) > 0:
+            await self.link.pause(remaining)  # a toxic change wakes it: sleep on
         self.link.connection.reset()
 
 
@@ -574,20 +579,40 @@ class _LimitData(_Runtime):
             await out.close()
 
 
+def slice_bounds(size: int, average: int, variation: int) -> list[int]:
+    """Where Toxiproxy's slicer cuts ``size`` bytes: ``[0, cut, ..., size]``.
+
+    As its ``SlicerToxic.chunk``: a piece within ``variation`` of ``average`` (or
+    smaller) stays whole, a bigger one is halved, give or take up to ``variation``,
+    and each half sliced again. Cuts are kept inside the piece, where Go's would
+    make a slice out of range and panic.
+    """
+    bounds = [0]
+    pending = [(0, size)]  # a stack, left half on top: the bounds come out in order
+    while pending:
+        start, end = pending.pop()
+        if (end - start) - average <= variation:
+            bounds.append(end)
+            continue
+        mid = start + (end - start) // 2
+        if variation > 0:
+            mid += random.randrange(-variation, variation)  # Go: Intn(2v) - v
+        mid = min(max(mid, start + 1), end - 1)
+        pending += [(mid, end), (start, mid)]
+    return bounds
+
+
 class _Slicer(_Runtime):
     async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
         average = self.attr("average_size")
-        if average <= 0:
+        if average <= 0:  # Toxiproxy recurses without end here; pass the data on instead
             await out.emit(chunk)
             return
-        variation = max(0, min(self.attr("size_variation"), average - 1))
-        data, pos = chunk.data, 0
-        while pos < len(data):
-            size = average + (random.randint(-variation, variation) if variation else 0)
-            await out.emit(Chunk(data[pos : pos + size], chunk.stamp))
-            pos += size
+        bounds = slice_bounds(len(chunk.data), average, self.attr("size_variation"))
+        for start, end in itertools.pairwise(bounds):
+            await out.emit(Chunk(chunk.data[start:end], chunk.stamp))
             delay_us = self.attr("delay")
-            if pos < len(data) and delay_us > 0:
+            if delay_us > 0:  # after every slice, the last one too, as Toxiproxy
                 await self.link.pause(delay_us / 1e6)
 
 

@@ -7,6 +7,7 @@ the upstreams listen on 127.0.0.1).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -584,8 +585,6 @@ def test_omitted_listen_means_every_interface(
 
 
 def test_go_listen_picks_the_address_net_listen_would() -> None:
-    import asyncio
-
     from loadtest.toxiproxy_server import _resolve_listen_host
 
     def resolve(host: str) -> tuple[int, str]:
@@ -732,3 +731,75 @@ def test_timeout_holds_a_stream_whose_input_ended(client: Any, echo_upstream: st
             sock.recv(100)
         proxy.destroy_toxic("held")  # its cleanup closes the stream
         _assert_closed_by_peer(sock)
+
+
+# --------------------------------------------------------------------------- toxics, in-process
+# What these toxics do with the bytes cannot be seen through TCP (it coalesces
+# writes), so they run here with stand-ins for their link: a fake link is fine.
+
+
+class _FakeLink:
+    """Just what a toxic runtime calls on its link."""
+
+    def __init__(self) -> None:
+        self.resets = 0
+        self.connection = self
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _Collect:
+    """An outlet that keeps what the toxic emits."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    async def emit(self, chunk: Any) -> None:
+        self.chunks.append(bytes(chunk.data))
+
+
+def _runtime(toxic_type: str, **attributes: int) -> Any:
+    from loadtest.toxiproxy_server import RUNTIMES, TOXIC_ATTRIBUTES, Toxic
+
+    toxic = Toxic(
+        "t", toxic_type, "downstream", 1.0, {**TOXIC_ATTRIBUTES[toxic_type], **attributes}
+    )
+    return RUNTIMES[toxic_type](toxic, _FakeLink())  # type: ignore[arg-type]
+
+
+def test_slicer_halves_as_toxiproxy_does() -> None:
+    from loadtest.toxiproxy_server import Chunk
+
+    slicer = _runtime("slicer", average_size=10, size_variation=0)
+    out = _Collect()
+    data = bytes(range(100))
+    asyncio.run(slicer.pipe(Chunk(data, 0.0), out))
+    # 100 -> 50 + 50 -> 25 + 25 ... -> pieces of 6 and 7: halved until within 0 of 10 or
+    # smaller, never cut into runs of exactly 10.
+    assert [len(c) for c in out.chunks] == [6, 6, 6, 7] * 4
+    assert b"".join(out.chunks) == data
+
+
+def test_latency_jitter_spans_minus_jitter_to_jitter_minus_one() -> None:
+    latency = _runtime("latency", latency=0, jitter=1)
+    samples = {round(latency._sample() * 1000) for _ in range(500)}
+    assert samples == {-1, 0}  # Go's rand.Int63n(2 * jitter) - jitter
+
+
+def test_reset_peer_resets_even_if_removed_once_data_came() -> None:
+    from loadtest.toxiproxy_server import Chunk
+
+    async def scenario() -> tuple[int, list[bytes]]:
+        reset = _runtime("reset_peer", timeout=200)
+        out = _Collect()
+        waiting = asyncio.ensure_future(reset.pipe(Chunk(b"data", 0.0), out))
+        await asyncio.sleep(0)  # it has the data and waits
+        reset.detached(0)  # removed meanwhile: Toxiproxy's bare time.After waits on
+        await asyncio.wait_for(waiting, IO_TIMEOUT)
+        return reset.link.resets, out.chunks
+
+    assert asyncio.run(scenario()) == (1, [])  # reset, and the data was dropped
