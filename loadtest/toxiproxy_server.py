@@ -387,6 +387,10 @@ class _Runtime:
         """Called when the toxic starts acting on this link."""
 
     def updated(self) -> None:
+        """Toxiproxy interrupts the toxic and runs it again (on an update, or when the
+        toxic after it comes or goes): toxicity is rolled again, and what the toxic
+        was holding goes out at once (a latency's chunk, a bandwidth's rest) or
+        starts over (a timeout's countdown, a slow close's delay)."""
         self.active = self._roll()
         self.generation += 1
 
@@ -430,18 +434,16 @@ class _Latency(_Runtime):
         return delay / 1000.0
 
     async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
-        delay = self._sample()
-        generation = self.generation
+        delay, generation = self._sample(), self.generation
 
-        def due() -> float:
-            nonlocal delay, generation
-            if generation != self.generation:
-                delay, generation = self._sample(), self.generation
+        def due() -> float | None:
+            if self.generation != generation:
+                return None  # run again: what it holds goes out now (see _Runtime.updated)
             return chunk.stamp + delay
 
         # Release at read time + delay: a delay line, so queued chunks don't add up.
         await self.hold_until(due)
-        if self.engaged:
+        if self.engaged and self.generation == generation:
             # Pushing the stamp forward makes chained latency toxics add up.
             chunk = Chunk(chunk.data, chunk.stamp + delay)
         await out.emit(chunk)
@@ -453,7 +455,7 @@ class _Bandwidth(_Runtime):
         self._free_at = 0.0  # when the emulated wire finishes the previous bytes
 
     async def pipe(self, chunk: Chunk, out: _Outlet) -> None:
-        data = chunk.data
+        data, generation = chunk.data, self.generation
         while data:
             rate = self.attr("rate")  # KB/s, 1 KB = 1000 bytes
             if not self.engaged or rate <= 0:
@@ -461,11 +463,16 @@ class _Bandwidth(_Runtime):
                 return
             # Like Toxiproxy, release big chunks in slices of 100 ms worth of bytes.
             size = min(len(data), rate * 100)
+            if not await self._transmit(size, generation):
+                # Run again: the rest of the chunk goes out now, on a fresh wire.
+                self._free_at = asyncio.get_running_loop().time()
+                await out.emit(Chunk(data, chunk.stamp))
+                return
             piece, data = data[:size], data[size:]
-            await self._transmit(len(piece))
             await out.emit(Chunk(piece, chunk.stamp))
 
-    async def _transmit(self, nbytes: int) -> None:
+    async def _transmit(self, nbytes: int, generation: int) -> bool:
+        """Wait while ``nbytes`` cross the wire; False if the toxic was run again meanwhile."""
         loop = asyncio.get_running_loop()
         # A virtual clock: sleep overshoot is paid back on the next chunk, so the
         # average rate holds; an idle wire earns no burst credit.
@@ -473,7 +480,7 @@ class _Bandwidth(_Runtime):
 
         def due() -> float | None:
             rate = self.attr("rate")
-            if rate <= 0:
+            if rate <= 0 or self.generation != generation:
                 return None
             self._free_at = start + nbytes / (rate * 1000.0)
             return self._free_at
@@ -481,12 +488,21 @@ class _Bandwidth(_Runtime):
         await self.hold_until(due)
         if not self.engaged:
             self._free_at = loop.time()
+        return self.generation == generation
 
 
 class _SlowClose(_Runtime):
     async def eof(self) -> None:
-        deadline = asyncio.get_running_loop().time() + self.attr("delay") / 1000.0
-        await self.hold_until(lambda: deadline)
+        loop = asyncio.get_running_loop()
+        start, generation = loop.time(), self.generation
+
+        def due() -> float:
+            nonlocal start, generation
+            if generation != self.generation:  # run again: the delay starts over
+                start, generation = loop.time(), self.generation
+            return start + self.attr("delay") / 1000.0
+
+        await self.hold_until(due)
 
 
 class _Timeout(_Runtime):

@@ -733,6 +733,57 @@ def test_timeout_holds_a_stream_whose_input_ended(client: Any, echo_upstream: st
         _assert_closed_by_peer(sock)
 
 
+def _rerun(api_url: str, proxy: str, toxic: str) -> float:
+    """Update ``toxic`` to what it is (Toxiproxy runs it again); return when it was asked."""
+    asked = time.monotonic()
+    reply = _api("PATCH", f"{api_url}/proxies/{proxy}/toxics/{toxic}", json={})
+    assert reply.status_code == 200
+    return asked
+
+
+def test_an_update_releases_the_chunk_a_latency_holds(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    proxy = _create(client, echo_upstream, "latency_rerun")
+    proxy.add_toxic(type="latency", name="slow", stream="upstream", attributes={"latency": 10000})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        sock.sendall(b"ping")
+        time.sleep(1.0)  # the chunk is read at once and waits in the toxic
+        _rerun(api_url, "latency_rerun", "slow")
+        sock.settimeout(5.0)  # not the 9 s of latency it had left
+        assert _recv_exactly(sock, 4) == b"ping"
+
+
+def test_an_update_releases_what_a_bandwidth_holds(
+    client: Any, api_url: str, blob_upstream: str
+) -> None:
+    proxy = _create(client, blob_upstream, "bandwidth_rerun")
+    proxy.add_toxic(type="bandwidth", name="thin", attributes={"rate": 1})  # 10 s for 10 kB
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        sock.sendall(b"10000\n")
+        first = _recv_exactly(sock, 100)
+        asked = _rerun(api_url, "bandwidth_rerun", "thin")
+        rest = bytearray()
+        deadline = asked + 5.0  # the rest of the chunk goes out at once, not over 9 s
+        while (remaining := deadline - time.monotonic()) > 0:
+            sock.settimeout(remaining)
+            if not (more := sock.recv(65536)):
+                break
+            rest += more
+        assert len(first) + len(rest) == 10000
+
+
+def test_an_update_starts_a_slow_close_over(client: Any, api_url: str, blob_upstream: str) -> None:
+    proxy = _create(client, blob_upstream, "slow_close_rerun")
+    proxy.add_toxic(type="slow_close", name="lingering", attributes={"delay": 1500})
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        sock.sendall(b"10\n")
+        assert _recv_exactly(sock, 10) == b"x" * 10  # then the upstream closes
+        time.sleep(0.75)
+        asked = _rerun(api_url, "slow_close_rerun", "lingering")
+        assert _wait_closed(sock, 10) - asked >= 1.45  # the 1.5 s count from the update
+
+
 # --------------------------------------------------------------------------- toxics, in-process
 # What these toxics do with the bytes cannot be seen through TCP (it coalesces
 # writes), so they run here with stand-ins for their link: a fake link is fine.
