@@ -4,7 +4,7 @@
 
 1. ``$TOXIPROXY_URL`` if set (an already running server; nothing is started);
 2. a ``toxiproxy-server`` binary on ``PATH``, started on a free loopback port;
-3. our stand-in, ``python -m loadtest.toxiproxy_server --port 0``.
+3. our stand-in, ``python -m loadtest.toxiproxy_standin --port 0``.
 
 Whatever it starts it stops by PID at exit (SIGTERM, wait, SIGKILL).
 
@@ -38,7 +38,7 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import NotFound
 
-from loadtest.toxiproxy_server import run_in_subprocess, split_hostport
+from loadtest.toxiproxy_standin import run_in_subprocess, split_hostport
 
 logger = logging.getLogger(__name__)
 

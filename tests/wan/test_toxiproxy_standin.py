@@ -24,7 +24,9 @@ import pytest
 import requests
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from loadtest.toxiproxy_server import _ReceiveBuffers
+from loadtest.toxiproxy_standin.addresses import resolve_listen_host
+from loadtest.toxiproxy_standin.link import ReceiveBuffers
+from loadtest.toxiproxy_standin.toxics import RUNTIMES, TOXIC_ATTRIBUTES, Chunk, Toxic
 from loadtest.wan import (
     WanProxy,
     add_bandwidth,
@@ -484,7 +486,7 @@ def test_many_megabytes_through_a_latency_arrive_intact_and_in_order(
 
 
 def test_a_receive_buffer_serves_again_only_once_no_view_of_it_is_alive() -> None:
-    buffers = _ReceiveBuffers()
+    buffers = ReceiveBuffers()
     first = buffers.take()
     view = memoryview(first)[:10]
     second = buffers.take()
@@ -585,10 +587,8 @@ def test_omitted_listen_means_every_interface(
 
 
 def test_go_listen_picks_the_address_net_listen_would() -> None:
-    from loadtest.toxiproxy_server import _resolve_listen_host
-
     def resolve(host: str) -> tuple[int, str]:
-        return asyncio.run(_resolve_listen_host(host))
+        return asyncio.run(resolve_listen_host(host))
 
     wildcard = (socket.AF_INET6, "::") if socket.has_dualstack_ipv6() else (socket.AF_INET, "")
     assert resolve("") == resolve("0.0.0.0") == resolve("::") == wildcard
@@ -814,8 +814,6 @@ class _Collect:
 
 
 def _runtime(toxic_type: str, **attributes: int) -> Any:
-    from loadtest.toxiproxy_server import RUNTIMES, TOXIC_ATTRIBUTES, Toxic
-
     toxic = Toxic(
         "t", toxic_type, "downstream", 1.0, {**TOXIC_ATTRIBUTES[toxic_type], **attributes}
     )
@@ -823,8 +821,6 @@ def _runtime(toxic_type: str, **attributes: int) -> Any:
 
 
 def test_slicer_halves_as_toxiproxy_does() -> None:
-    from loadtest.toxiproxy_server import Chunk
-
     slicer = _runtime("slicer", average_size=10, size_variation=0)
     out = _Collect()
     data = bytes(range(100))
@@ -842,8 +838,6 @@ def test_latency_jitter_spans_minus_jitter_to_jitter_minus_one() -> None:
 
 
 def test_reset_peer_resets_even_if_removed_once_data_came() -> None:
-    from loadtest.toxiproxy_server import Chunk
-
     async def scenario() -> tuple[int, list[bytes]]:
         reset = _runtime("reset_peer", timeout=200)
         out = _Collect()
