@@ -190,25 +190,22 @@ class ToxiproxyServer:
             self._runner = None
 
     def _add_routes(self, app: web.Application) -> None:
-        # gorilla/mux routes GET alone: HEAD is a 405 there, so no HEAD here either.
-        def get(path: str, handler: Callable[[web.Request], Awaitable[web.Response]]) -> None:
-            app.router.add_get(path, handler, allow_head=False)
-
-        get("/version", self._version)
-        app.router.add_post("/reset", self._reset)
-        app.router.add_post("/populate", self._populate)
-        get("/proxies", self._proxy_index)
-        app.router.add_post("/proxies", self._proxy_create)
-        get("/proxies/{proxy}", self._proxy_show)
-        app.router.add_post("/proxies/{proxy}", self._proxy_update)
-        app.router.add_patch("/proxies/{proxy}", self._proxy_update)
-        app.router.add_delete("/proxies/{proxy}", self._proxy_delete)
-        get("/proxies/{proxy}/toxics", self._toxic_index)
-        app.router.add_post("/proxies/{proxy}/toxics", self._toxic_create)
-        get("/proxies/{proxy}/toxics/{toxic}", self._toxic_show)
-        app.router.add_post("/proxies/{proxy}/toxics/{toxic}", self._toxic_update)
-        app.router.add_patch("/proxies/{proxy}/toxics/{toxic}", self._toxic_update)
-        app.router.add_delete("/proxies/{proxy}/toxics/{toxic}", self._toxic_delete)
+        proxy, toxic = "/proxies/{proxy}", "/proxies/{proxy}/toxics/{toxic}"
+        routes: dict[str, dict[str, Callable[[web.Request], Awaitable[web.Response]]]] = {
+            "/version": {"GET": self._version},
+            "/reset": {"POST": self._reset},
+            "/populate": {"POST": self._populate},
+            "/proxies": {"GET": self._proxy_index, "POST": self._proxy_create},
+            proxy: {"GET": self._proxy_show, "POST": self._proxy_update,
+                    "PATCH": self._proxy_update, "DELETE": self._proxy_delete},
+            f"{proxy}/toxics": {"GET": self._toxic_index, "POST": self._toxic_create},
+            toxic: {"GET": self._toxic_show, "POST": self._toxic_update,
+                    "PATCH": self._toxic_update, "DELETE": self._toxic_delete},
+        }  # fmt: skip
+        for path, handlers in routes.items():
+            for method, handler in handlers.items():
+                # add_route, unlike add_get, adds no HEAD: gorilla/mux answers HEAD 405 too.
+                app.router.add_route(method, path, handler)
 
     def _proxy(self, request: web.Request) -> Proxy:
         proxy = self._proxies.get(request.match_info["proxy"])

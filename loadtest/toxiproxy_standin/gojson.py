@@ -109,39 +109,44 @@ def struct_fields(value: Any, go_type: str) -> Fields | None:
                       f"{go_type}")  # fmt: skip
 
 
-def string_field(obj: Fields | None, name: str, where: str, current: str) -> str:
+def _given(
+    obj: Fields | None, name: str, where: str, go_type: str, fits: type | tuple[type, ...]
+) -> Any:
+    """Field ``name``'s value, checked against ``fits``; :data:`ABSENT` if missing or null
+    (Go then leaves the field as it was)."""
     value = ABSENT if obj is None else obj.get_field(name)
-    if value is ABSENT or value is None:
-        return current
-    if not isinstance(value, str):
-        raise _mismatch(value, f"{where}.{name}", "string")
+    if value is None or value is ABSENT:
+        return ABSENT
+    if not isinstance(value, fits):
+        raise _mismatch(value, f"{where}.{name}", go_type)
     return value
+
+
+def string_field(obj: Fields | None, name: str, where: str, current: str) -> str:
+    value = _given(obj, name, where, "string", str)
+    return current if value is ABSENT else str(value)
 
 
 def bool_field(obj: Fields | None, name: str, where: str, current: bool | None) -> bool | None:
-    value = ABSENT if obj is None else obj.get_field(name)
-    if value is ABSENT or value is None:
-        return current
-    if not isinstance(value, bool):
-        raise _mismatch(value, f"{where}.{name}", "bool")
-    return value
+    value = _given(obj, name, where, "bool", bool)
+    return current if value is ABSENT else bool(value)
 
 
 def int64_field(obj: Fields | None, name: str, where: str, current: int) -> int:
-    value = ABSENT if obj is None else obj.get_field(name)
-    if value is ABSENT or value is None:
+    value = _given(obj, name, where, "int64", int)
+    if value is ABSENT:
         return current
-    exact = isinstance(value, int) and not isinstance(value, bool)
-    if not exact or not INT64_MIN <= value <= INT64_MAX:
+    # bool is an int in Python, and Go's int64 holds a narrower range than ours.
+    if isinstance(value, bool) or not INT64_MIN <= value <= INT64_MAX:
         raise _mismatch(value, f"{where}.{name}", "int64")
     return int(value)
 
 
 def float32_field(obj: Fields | None, name: str, where: str, current: float) -> float:
-    value = ABSENT if obj is None else obj.get_field(name)
-    if value is ABSENT or value is None:
+    value = _given(obj, name, where, "float32", (int, float))
+    if value is ABSENT:
         return current
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool):  # an int to Python, no number to Go
         raise _mismatch(value, f"{where}.{name}", "float32")
     try:
         return float32(float(value))
@@ -151,12 +156,8 @@ def float32_field(obj: Fields | None, name: str, where: str, current: float) -> 
 
 def object_field(obj: Fields | None, name: str, where: str, go_type: str) -> Fields | None:
     """A nested struct field: its object, or ``None`` when absent or null."""
-    value = None if obj is None else obj.get_field(name)
-    if value is ABSENT or value is None:
-        return None
-    if not isinstance(value, Fields):
-        raise _mismatch(value, f"{where}.{name}", go_type)
-    return value
+    value = _given(obj, name, where, go_type, Fields)
+    return None if value is ABSENT else value
 
 
 def float32(value: float) -> float:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from loadtest.toxiproxy_standin.api import ToxiproxyServer
 
@@ -94,7 +95,7 @@ def run_in_subprocess(
         try:
             yield watcher.wait_for_url(startup_timeout)
         finally:
-            _stop_process(proc)
+            stop_process(proc)
             watcher.join()
 
 
@@ -134,7 +135,8 @@ class _StderrWatcher:
         self._thread.join(timeout=5)
 
 
-def _stop_process(proc: subprocess.Popen[str]) -> None:
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Stop ``proc`` by PID: SIGTERM, then SIGKILL if it has not exited within 5 s."""
     if proc.poll() is not None:
         return
     proc.terminate()
