@@ -70,6 +70,11 @@ async def resolve_listen_host(host: str) -> tuple[socket.AddressFamily, str]:
     if literal is not None:
         family = socket.AF_INET6 if literal.version == 6 else socket.AF_INET
         return family, host
+    return await _lookup(host)
+
+
+async def _lookup(host: str) -> tuple[socket.AddressFamily, str]:
+    """The one address Go picks for a name: the first IPv4 one, else the first."""
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
@@ -77,6 +82,20 @@ async def resolve_listen_host(host: str) -> tuple[socket.AddressFamily, str]:
         raise ValueError(f"lookup {host}: no such host") from exc
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
     return infos[0][0], str(infos[0][4][0])
+
+
+async def resolve_tcp_addr(address: str) -> str:
+    """Go's ``net.ResolveTCPAddr("tcp", address).String()``: a name becomes its
+    address, a literal stays as written (``0.0.0.0``), no host stays empty."""
+    host, port_text = go_split_hostport(address)
+    port = go_port(port_text)
+    if not host:
+        return f":{port}"
+    try:
+        ip = str(ipaddress.ip_address(host))
+    except ValueError:
+        _family, ip = await _lookup(host)
+    return format_hostport((ip, port))
 
 
 async def listen_like_go(listen: str) -> socket.socket:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -19,7 +18,6 @@ from loadtest.toxiproxy_standin.errors import (
     PROXY_NOT_FOUND,
     ApiError,
     fail,
-    internal_error,
     missing_field,
 )
 from loadtest.toxiproxy_standin.proxy import Proxy
@@ -142,14 +140,14 @@ def _check_required(spec: _ProxySpec, where: str = "") -> None:
 
 
 def _check_populate(specs: list[_ProxySpec]) -> None:
-    """Toxiproxy's first populate phase: the whole request is checked before any change."""
-    names: set[str] = set()
+    """Toxiproxy 2.12 checks every entry's required fields before it changes anything."""
     for number, spec in enumerate(specs, start=1):
         _check_required(spec, f" at proxy {number}")
-        if spec.name in names:
-            # A plain Go error, not one of its API errors: a 500.
-            raise internal_error(f"duplicate proxy name {json.dumps(spec.name)}")
-        names.add(spec.name)
+
+
+def _listed(proxies: list[Proxy]) -> list[dict[str, Any]] | None:
+    # Go marshals the empty (nil) result list as null.
+    return [proxy.to_json() for proxy in proxies] or None
 
 
 class ToxiproxyServer:
@@ -229,22 +227,24 @@ class ToxiproxyServer:
 
     async def _populate(self, request: web.Request) -> web.Response:
         raw = await request.read()
+        proxies: list[Proxy] = []
         try:
             specs = _decode_populate(raw)
             _check_populate(specs)
             async with self._lock:
-                proxies = [await self._add_or_replace(spec) for spec in specs]
+                # In order, one by one: a later entry that fails leaves the earlier
+                # ones applied, and they are listed in the error reply.
+                for spec in specs:
+                    proxies.append(await self._add_or_replace(spec))
         except ApiError as exc:
-            # Toxiproxy's populate reply: its error fields, then the (null) proxy list.
-            payload = {"error": exc.message, "status": exc.status, "proxies": None}
+            payload = {"error": exc.message, "status": exc.status, "proxies": _listed(proxies)}
             return _json_reply(payload, exc.status)
-        # Go marshals an empty result list as null.
-        return _json_reply({"proxies": [p.to_json() for p in proxies] or None}, 201)
+        return _json_reply({"proxies": _listed(proxies)}, 201)
 
     async def _add_or_replace(self, spec: _ProxySpec) -> Proxy:
         existing = self._proxies.get(spec.name)
         if existing is not None:
-            if existing.listen == spec.listen and existing.upstream == spec.upstream:
+            if not await existing.differs(spec.listen, spec.upstream):
                 return existing
             # Stopped first; it stays listed (stopped) if the new one cannot start.
             await existing.stop()

@@ -12,6 +12,7 @@ from loadtest.toxiproxy_standin.addresses import (
     go_port,
     go_split_hostport,
     listen_like_go,
+    resolve_tcp_addr,
 )
 from loadtest.toxiproxy_standin.errors import TOXIC_EXISTS, TOXIC_NOT_FOUND, fail, internal_error
 from loadtest.toxiproxy_standin.link import Connection, End
@@ -97,10 +98,22 @@ class Proxy:
             await server.wait_closed()
         logger.info("proxy %s stopped", self.name)
 
+    async def differs(self, listen: str, upstream: str) -> bool:
+        """Toxiproxy 2.12's Proxy.Differs: a listen address that resolves to the one
+        bound (``localhost:8666`` for ``127.0.0.1:8666``) is no change."""
+        if upstream != self.upstream:
+            return True
+        if listen == self.listen:
+            return False
+        try:
+            return await resolve_tcp_addr(listen) != self.listen
+        except ValueError:
+            return True  # the new address will not listen either; say so when it starts
+
     async def update(self, listen: str, upstream: str, enabled: bool) -> None:
         """Toxiproxy's Proxy.Update: a new address restarts the listener (dropping
         connections), then the enabled flag is applied."""
-        if listen != self.listen or upstream != self.upstream:
+        if await self.differs(listen, upstream):
             await self.stop()
             self.listen, self.upstream = listen, upstream
         if enabled and not self.enabled:

@@ -657,11 +657,41 @@ def test_stream_is_kept_as_written(client: Any, api_url: str, echo_upstream: str
 def test_populate_as_toxiproxy(client: Any, api_url: str, echo_upstream: str) -> None:
     empty = _api("POST", f"{api_url}/populate", json=[])
     assert (empty.status_code, empty.json()) == (201, {"proxies": None})  # Go's nil slice
-    twice = [{"name": "dup", "upstream": echo_upstream, "listen": f"{LOCALHOST}:0"}] * 2
+    # Entries are applied in order, so of two with one name the last one stays.
+    here = f"{LOCALHOST}:0"
+    twice = [{"name": "dup", "upstream": echo_upstream, "listen": here}] * 2
     reply = _api("POST", f"{api_url}/populate", json=twice)
-    assert reply.status_code == 500 and reply.headers["Content-Type"] == "application/json"
-    assert reply.json() == {"error": 'duplicate proxy name "dup"', "status": 500, "proxies": None}
-    assert client.get_proxy("dup") is None  # checked before anything was changed
+    assert reply.status_code == 201 and [p["name"] for p in reply.json()["proxies"]] == ["dup"] * 2
+    assert client.get_proxy("dup").listen == reply.json()["proxies"][1]["listen"]
+    # One that cannot listen stops the rest; those before it stay, and are listed.
+    mixed = [{"name": "pop_ok", "upstream": echo_upstream, "listen": here},
+             {"name": "pop_bad", "upstream": echo_upstream, "listen": LOCALHOST},
+             {"name": "pop_never", "upstream": echo_upstream, "listen": here}]  # fmt: skip
+    failed = _api("POST", f"{api_url}/populate", json=mixed)
+    assert failed.status_code == 500 and failed.headers["Content-Type"] == "application/json"
+    body = failed.json()
+    assert (body["error"], body["status"]) == (
+        f"listen tcp: address {LOCALHOST}: missing port in address",
+        500,
+    )
+    assert [p["name"] for p in body["proxies"]] == ["pop_ok"]
+    assert client.get_proxy("pop_ok") is not None
+    assert client.get_proxy("pop_bad") is None and client.get_proxy("pop_never") is None
+
+
+def test_a_listen_address_that_resolves_the_same_is_no_change(
+    client: Any, api_url: str, echo_upstream: str
+) -> None:
+    proxy = _create(client, echo_upstream, "by_name")
+    port = proxy.listen.rpartition(":")[2]
+    with contextlib.closing(_connect(proxy.listen)) as sock:
+        _round_trip(sock)
+        # Toxiproxy 2.12 resolves the new address first: "localhost:PORT" is where it
+        # listens already, so it does not restart (which would drop this connection).
+        same = {"listen": f"localhost:{port}", "upstream": echo_upstream}
+        reply = _api("PATCH", f"{api_url}/proxies/by_name", json=same)
+        assert reply.status_code == 200 and reply.json()["listen"] == proxy.listen
+        _round_trip(sock)
 
 
 def _wait_closed(sock: socket.socket, timeout: float) -> float:
