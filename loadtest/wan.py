@@ -4,7 +4,7 @@
 
 1. ``$TOXIPROXY_URL`` if set (an already running server; nothing is started);
 2. a ``toxiproxy-server`` binary on ``PATH``, started on a free loopback port;
-3. our stand-in, ``python -m loadtest.toxiproxy_server --port 0``.
+3. our stand-in, ``python -m loadtest.toxiproxy_standin --port 0``.
 
 Whatever it starts it stops by PID at exit (SIGTERM, wait, SIGKILL).
 
@@ -38,7 +38,8 @@ import requests
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import NotFound
 
-from loadtest.toxiproxy_server import run_in_subprocess, split_hostport
+from loadtest.toxiproxy_standin import run_in_subprocess, split_hostport
+from loadtest.toxiproxy_standin.runner import stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def _run_binary(binary: str, startup_timeout: float) -> Iterator[str]:
             logger.info("started %s (pid %s) at %s", binary, proc.pid, url)
             yield url
         finally:
-            _stop(proc)
+            stop_process(proc)
 
 
 def _wait_for_api(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -124,17 +125,6 @@ def _wait_for_api(url: str, proc: subprocess.Popen[bytes], timeout: float) -> No
         except (urllib.error.URLError, OSError):
             time.sleep(0.05)
     raise TimeoutError(f"{TOXIPROXY_BINARY} did not answer on {url} within {timeout} s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # --------------------------------------------------------------------------- the client

@@ -32,7 +32,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.procs import start_process
-from loadtest.toxiproxy_server import run_in_subprocess
+from loadtest.toxiproxy_standin import run_in_subprocess
 from protocol.sizes import parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
