@@ -222,7 +222,7 @@ class RequestScreen:
         del self._buf[end + 1:]
         out += self._buf
         if http10 is None:
-            self._open(out)
+            self._open(None)  # a version it cannot read: the parser behind's call
         else:
             self._http10, self._state = http10, _State.HEAD
         return pos + end + 1 - held
