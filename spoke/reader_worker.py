@@ -303,11 +303,17 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     channel.send(["ready"])
 
+    def report() -> None:
+        for message in mirror.report():
+            channel.send(message)
+        if server.front.hangups:
+            channel.send(["hangups", server.front.hangups])
+            server.front.hangups = 0
+
     async def report_forever() -> None:
         while True:
             await asyncio.sleep(REPORT_INTERVAL_S)
-            for message in mirror.report():
-                channel.send(message)
+            report()
 
     reporter = asyncio.create_task(report_forever())
     try:
@@ -316,7 +322,6 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
         reporter.cancel()
         listener.close()
         await server.shutdown(SHUTDOWN_GRACE_S)
-        for message in mirror.report():
-            channel.send(message)
+        report()
         channel.close()
         mirror.close()

@@ -71,20 +71,21 @@ HUGE = "ds/huge.bin"  # far larger than any socket buffer: an answer to it is ne
 MAX_LOGGED_BYTES = 2048
 
 
-async def send_and_close(url: str, payload: bytes, then: bytes | None = None) -> None:
+async def send_and_close(url: str, payload: bytes, then: bytes | None = None) -> bytes:
     """Send ``payload`` on a new connection and read the answer to its end; with
-    ``then``, read only the first bytes of the answer, send ``then`` and hang up."""
+    ``then``, read only the answer's first bytes, send ``then`` and hang up. Returns
+    what was read."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(payload)
         async with asyncio.timeout(30):
             if then is None:
-                await reader.read()
-            else:
-                await reader.read(1)
-                writer.write(then)
-                await writer.drain()
+                return await reader.read()
+            start = await reader.read(1 << 10)
+            writer.write(then)
+            await writer.drain()
+            return start
     finally:
         writer.transport.abort()  # unread bytes and all: a hang-up (RST)
 
@@ -142,6 +143,47 @@ async def test_malformed_input_and_hangups_are_counted_not_logged_at_length(
             added = "\n".join(server.log)[logged:]
             assert "Traceback" not in added and "never retrieved" not in added, added[:2000]
             assert len(added) < MAX_LOGGED_BYTES, added[:2000]
+    finally:
+        if spoke is not None:
+            spoke.stop()
+        hub.stop()
+
+
+def process_of(answer: bytes) -> bytes:
+    """The process that answered: request ids start with a per-process prefix."""
+    return answer.partition(b"X-Request-Id: ")[2][:8]
+
+
+async def test_hangups_on_reader_workers_are_counted_in_the_owners_metrics(
+    dataset: tuple[Path, dict[str, bytes]], tmp_path: Path
+) -> None:
+    root, _ = dataset
+    (root / HUGE).touch()
+    os.truncate(root / HUGE, 48 << 20)
+    hub = await asyncio.to_thread(
+        start_process, "hub", ["--root", str(root), "--chunk-size", "4MiB", "--access-log", "off"],
+        log_dir=str(tmp_path))
+    spoke = None
+    try:
+        spoke = await asyncio.to_thread(
+            start_process, "spoke", ["--hub", hub.url, "--cache-dir", str(tmp_path / "c"),
+                                     "--capacity", "128MiB", "--workers", "2"],
+            log_dir=str(tmp_path))
+        get = f"GET /objects/{HUGE} HTTP/1.1\r\nHost: x\r\n".encode()
+        await send_and_close(spoke.url, get + b"Connection: close\r\n\r\n")  # all cached now
+        owner = process_of(await send_and_close(
+            spoke.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+        # Plain reads, the readers' to answer once they know the chunks; the owner's
+        # (and counted there) until then, or when the kernel gives it the connection.
+        plain = get + f"Range: bytes=0-{(48 << 20) - 1}\r\n\r\n".encode()
+        on_readers = sent = 0
+        while on_readers < 8:
+            assert sent < 500, f"{sent} reads, {on_readers} answered by reader workers"
+            start = await send_and_close(spoke.url, plain, then=b"")
+            on_readers += process_of(start) != owner
+            sent += 1
+        await until_counted(spoke.url, "spoke_client_hangups_total", sent)
+        assert "Traceback" not in "\n".join(spoke.log)
     finally:
         if spoke is not None:
             spoke.stop()
