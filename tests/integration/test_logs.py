@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 
-from tests.support.servers import start_process
+from tests.support.servers import Process, start_process
 
 
 def json_lines(lines: list[str]) -> list[dict[str, object]]:
@@ -107,10 +109,12 @@ async def until_counted(url: str, name: str, at_least: float) -> float:
             await asyncio.sleep(0.05)
 
 
-async def test_malformed_input_and_hangups_are_counted_not_logged_at_length(
-    dataset: tuple[Path, dict[str, bytes]], tmp_path: Path
-) -> None:
-    root, _ = dataset
+@contextlib.asynccontextmanager
+async def hub_and_spoke(
+    root: Path, tmp_path: Path, *spoke_args: str
+) -> AsyncIterator[tuple[Process, Process]]:
+    """A hub (access log off) over ``root`` with :data:`HUGE` added, and a spoke in
+    front of it, as processes whose logs the test reads."""
     (root / HUGE).touch()
     os.truncate(root / HUGE, 48 << 20)  # sparse: its bytes cost no disk
     hub = await asyncio.to_thread(
@@ -120,8 +124,19 @@ async def test_malformed_input_and_hangups_are_counted_not_logged_at_length(
     try:
         spoke = await asyncio.to_thread(
             start_process, "spoke", ["--hub", hub.url, "--cache-dir", str(tmp_path / "c"),
-                                     "--capacity", "128MiB", "--access-log", "off"],
+                                     "--capacity", "128MiB", *spoke_args],
             log_dir=str(tmp_path))
+        yield hub, spoke
+    finally:
+        if spoke is not None:
+            spoke.stop()
+        hub.stop()
+
+
+async def test_malformed_input_and_hangups_are_counted_not_logged_at_length(
+    dataset: tuple[Path, dict[str, bytes]], tmp_path: Path
+) -> None:
+    async with hub_and_spoke(dataset[0], tmp_path, "--access-log", "off") as (hub, spoke):
         for name, server in (("hub", hub), ("spoke", spoke)):
             logged = len("\n".join(server.log))
             for _ in range(ROUNDS):
@@ -143,10 +158,6 @@ async def test_malformed_input_and_hangups_are_counted_not_logged_at_length(
             added = "\n".join(server.log)[logged:]
             assert "Traceback" not in added and "never retrieved" not in added, added[:2000]
             assert len(added) < MAX_LOGGED_BYTES, added[:2000]
-    finally:
-        if spoke is not None:
-            spoke.stop()
-        hub.stop()
 
 
 def process_of(answer: bytes) -> bytes:
@@ -157,18 +168,7 @@ def process_of(answer: bytes) -> bytes:
 async def test_hangups_on_reader_workers_are_counted_in_the_owners_metrics(
     dataset: tuple[Path, dict[str, bytes]], tmp_path: Path
 ) -> None:
-    root, _ = dataset
-    (root / HUGE).touch()
-    os.truncate(root / HUGE, 48 << 20)
-    hub = await asyncio.to_thread(
-        start_process, "hub", ["--root", str(root), "--chunk-size", "4MiB", "--access-log", "off"],
-        log_dir=str(tmp_path))
-    spoke = None
-    try:
-        spoke = await asyncio.to_thread(
-            start_process, "spoke", ["--hub", hub.url, "--cache-dir", str(tmp_path / "c"),
-                                     "--capacity", "128MiB", "--workers", "2"],
-            log_dir=str(tmp_path))
+    async with hub_and_spoke(dataset[0], tmp_path, "--workers", "2") as (_, spoke):
         get = f"GET /objects/{HUGE} HTTP/1.1\r\nHost: x\r\n".encode()
         await send_and_close(spoke.url, get + b"Connection: close\r\n\r\n")  # all cached now
         owner = process_of(await send_and_close(
@@ -184,7 +184,3 @@ async def test_hangups_on_reader_workers_are_counted_in_the_owners_metrics(
             sent += 1
         await until_counted(spoke.url, "spoke_client_hangups_total", sent)
         assert "Traceback" not in "\n".join(spoke.log)
-    finally:
-        if spoke is not None:
-            spoke.stop()
-        hub.stop()
