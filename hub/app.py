@@ -9,7 +9,7 @@ from hub.backend import Backend, FilesystemBackend
 from hub.config import HubConfig
 from hub.manifests import ManifestCache
 from hub.stats import HubStats
-from service import auth, limits, logs
+from service import auth, front, limits, logs
 from service.auth import Access, RouteTable
 from service.metrics import make_registry
 from service.problem import Handler, problem_middleware
@@ -27,6 +27,7 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
 
     app = web.Application(middlewares=[count_requests, problem_middleware])
     logs.install(app)
+    front.install(app)
     limits.install(
         app, config.max_inflight_per_client,
         max_connections_per_client=config.max_connections_per_client,
@@ -41,7 +42,8 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))
     app[handlers.REGISTRY] = make_registry(
-        [*stats.series(), *auth.app_series(app, "hub"), *limits.app_series(app, "hub")]
+        [*stats.series(), *auth.app_series(app, "hub"), *limits.app_series(app, "hub"),
+         *front.app_series(app, "hub")]
     )
     add_routes(app, [
         ("GET", "/objects/{path:.+}", handlers.get_object),

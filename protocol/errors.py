@@ -52,3 +52,21 @@ class ManifestError(ProtocolError):
 
     status_hint = 502
     title = "Bad manifest"
+
+
+class MalformedRequest(ProtocolError):
+    """Bytes that are not an HTTP/1 request head (garbage, a TLS hello, a broken line)."""
+
+
+class UnknownMethod(ProtocolError):
+    """A method no route of ours knows (RFC 9110 §15.6.2: 501, not 405)."""
+
+    status_hint = 501
+    title = "Not Implemented"
+
+
+class UnsupportedVersion(ProtocolError):
+    """A request line of an HTTP version other than 1.0 and 1.1 (RFC 9110 §15.6.6)."""
+
+    status_hint = 505
+    title = "HTTP Version Not Supported"

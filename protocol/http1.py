@@ -1,6 +1,7 @@
-"""A strict reader of HTTP/1.1 request heads, for the spoke's fast path.
+"""HTTP/1 request heads: a strict reader for the spoke's fast path, and a screen in
+front of aiohttp's parser (:class:`RequestScreen`).
 
-Not a general parser. It accepts one narrow, unambiguous shape, the one loaders
+The reader is not a general parser. It accepts one narrow, unambiguous shape, the one loaders
 send for reads (``GET``/``HEAD``, origin-form target of plain characters, HTTP/1.1,
 no body, each field once) and answers ``None`` for anything else. A request it
 refuses goes to aiohttp's complete parser, so this one never has to decide what a
@@ -9,8 +10,13 @@ malformed or unusual request means, and never answers one differently.
 
 from __future__ import annotations
 
+import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
+
+from protocol.errors import MalformedRequest, ProtocolError, UnknownMethod, UnsupportedVersion
 
 # The patterns match the head decoded as latin-1, which maps each byte to the code
 # point of the same value: a class means the same bytes it would in a bytes pattern,
@@ -103,3 +109,266 @@ def parse_request_head(head: bytes | bytearray) -> RequestHead | None:
             return None
         keep_alive = "close" not in options
     return RequestHead(line[1], line[2], headers, keep_alive)
+
+
+# The starts of the requests the reader takes: bytes that begin otherwise never will be one.
+_PLAIN_STARTS = (b"GET /", b"HEAD /")
+
+
+def could_start_plain_read(start: bytes | bytearray) -> bool:
+    """Whether a request beginning with ``start`` (its first bytes, the head not yet
+    complete) may still be one :func:`parse_request_head` takes."""
+    return any(s.startswith(bytes(start[:len(s)])) for s in _PLAIN_STARTS)
+
+
+# ---------------------------------------------------------------------------
+# the screen in front of aiohttp's parser
+
+# The methods of RFC 9110 §9, and PATCH (RFC 5789): a route that does not take one
+# answers 405 with Allow. Any other method is one no route of ours knows: 501 (§15.6.2).
+KNOWN_METHODS = frozenset({
+    b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"CONNECT", b"OPTIONS", b"TRACE", b"PATCH",
+})
+_METHOD_STARTS = frozenset(m[:i] for m in KNOWN_METHODS for i in range(1, len(m) + 1))
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]*")
+_VERSION = re.compile(rb"HTTP/([0-9])\.([0-9])")
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_BLANK_LINES = re.compile(rb"[\r\n]*")
+# A head larger than this goes to the parser behind unscreened (it takes up to 128
+# fields of 32 KiB each): the screen keeps a copy of the head it reads.
+MAX_SCREENED_HEAD_BYTES = 64 << 10
+MAX_CHUNK_LINE_BYTES = 4096
+
+
+class _State(enum.Enum):
+    LINE = "request line"
+    HEAD = "header fields"
+    BODY = "content"
+    CHUNK_LINE = "chunk size line"
+    CHUNK_DATA = "chunk data"
+    TRAILER = "trailer fields"
+    DONE = "after the last request"  # dropped: RFC 9112 §9.6
+    REFUSED = "after a refused request"  # dropped
+    OPEN = "unscreened"  # passed on as it comes
+
+
+class RequestScreen:
+    """Reads a connection's bytes ahead of a full HTTP/1 parser (bytes in, bytes out)
+    and stops what that parser gets wrong:
+
+    - an unknown method (501) or an HTTP version other than 1.0 and 1.1 (505), which
+      it refuses as a plain 400 or, for ``HTTP/2.0``, takes;
+    - bytes that cannot start a request line at all (a TLS hello, garbage), refused
+      400 as soon as they arrive, not once a line ends;
+    - the bytes after a request that closes the connection, which a server must not
+      process (RFC 9112 §9.6): they are dropped, where the parser refuses them and
+      loses the answers of the requests before the close with them.
+
+    It frames each message (Content-Length, chunked) to find where the next request
+    line starts. What it cannot frame for certain (bare LF line ends, a repeated or
+    malformed Content-Length, other transfer codings, an upgrade, a huge head) it
+    passes on unscreened from then on: the parser behind judges that connection
+    alone, as it did before.
+    """
+
+    def __init__(self) -> None:
+        self._state = _State.LINE
+        self._buf = bytearray()  # the request line, head or chunk line being read
+        self._left = 0  # content or chunk bytes still to pass on
+        self._http10 = False
+        self._closing = False  # the current request is the connection's last
+
+    def receive(self, data: bytes) -> tuple[bytes, ProtocolError | None]:
+        """The part of ``data`` the parser behind may have, and the error to answer
+        once it has answered the requests in that part; after an error, or the end
+        of a request that closes the connection, nothing more passes."""
+        out = bytearray()
+        pos = 0
+        try:
+            while pos < len(data):
+                state = self._state
+                if state is _State.OPEN:
+                    out += data[pos:]
+                    break
+                if state is _State.DONE or state is _State.REFUSED:
+                    break
+                pos = self._STEPS[state](self, data, pos, out)
+        except ProtocolError as exc:
+            self._state = _State.REFUSED
+            return bytes(out), exc
+        return bytes(out), None
+
+    # -- one step per state: consume from data[pos:], append what passes to out ----
+
+    def _request_line(self, data: bytes, pos: int, out: bytearray) -> int:
+        if not self._buf:
+            # Empty lines before a request line are the parser's to skip (RFC 9112 §2.2).
+            blank = _BLANK_LINES.match(data, pos).end()  # type: ignore[union-attr]
+            out += data[pos:blank]
+            pos = blank
+        held = len(self._buf)
+        self._buf += data[pos:]  # held back until the line is known to be fit to pass
+        end = self._buf.find(b"\n")
+        if end < 0:
+            _check_method(bytes(self._buf), complete=False)
+            if len(self._buf) > MAX_REQUEST_LINE_BYTES:
+                self._open(out)  # the parser behind says what it thinks of that line
+            return len(data)
+        line = bytes(self._buf[:end].rstrip(b"\r"))
+        # The version first: it says how to read the rest (PRI * HTTP/2.0 is a 505).
+        http10 = _check_version(line)
+        _check_method(line, complete=True)
+        del self._buf[end + 1:]
+        out += self._buf
+        if http10 is None:
+            self._open(None)  # a version it cannot read: the parser behind's call
+        else:
+            self._http10, self._state = http10, _State.HEAD
+        return pos + end + 1 - held
+
+    def _header_fields(self, data: bytes, pos: int, out: bytearray) -> int:
+        seen = len(self._buf)
+        self._buf += data[pos:]
+        end = self._buf.find(b"\r\n\r\n", max(0, seen - 3))
+        stop = len(self._buf) if end < 0 else end + 4
+        out += data[pos:pos + stop - seen]
+        head = self._buf[:stop]
+        if head.count(b"\n") != head.count(b"\r\n") or len(head) > MAX_SCREENED_HEAD_BYTES:
+            self._open(None)  # bare LFs: where this head ends is the parser's call
+        elif end >= 0:
+            self._frame(bytes(self._buf[:end]))
+        return pos + stop - seen
+
+    def _content(self, data: bytes, pos: int, out: bytearray) -> int:
+        taken = min(self._left, len(data) - pos)
+        out += data[pos:pos + taken]
+        self._left -= taken
+        if not self._left:
+            if self._state is _State.CHUNK_DATA:
+                self._state = _State.CHUNK_LINE
+            else:
+                self._end_message()
+        return pos + taken
+
+    def _chunk_line(self, data: bytes, pos: int, out: bytearray) -> int:
+        pos, line = self._line(data, pos, out)
+        if line is None:
+            return pos
+        size = line.split(b";", 1)[0].strip(b" \t")
+        if _HEX.fullmatch(size) is None:
+            self._open(None)
+        elif int(size, 16) == 0:
+            self._state = _State.TRAILER
+        else:
+            self._left, self._state = int(size, 16) + 2, _State.CHUNK_DATA  # data, CRLF
+        return pos
+
+    def _trailer_fields(self, data: bytes, pos: int, out: bytearray) -> int:
+        pos, line = self._line(data, pos, out)
+        if line == b"":
+            self._end_message()
+        return pos
+
+    _STEPS: ClassVar[dict[_State, Callable[[RequestScreen, bytes, int, bytearray], int]]] = {
+        _State.LINE: _request_line, _State.HEAD: _header_fields, _State.BODY: _content,
+        _State.CHUNK_LINE: _chunk_line, _State.CHUNK_DATA: _content,
+        _State.TRAILER: _trailer_fields,
+    }
+
+    # -- helpers ------------------------------------------------------------
+
+    def _line(self, data: bytes, pos: int, out: bytearray) -> tuple[int, bytes | None]:
+        """Pass on the bytes of a CRLF-ended line; the line once it is complete."""
+        end = data.find(b"\n", pos)
+        stop = len(data) if end < 0 else end + 1
+        out += data[pos:stop]
+        self._buf += data[pos:stop]
+        if end < 0:
+            if len(self._buf) > MAX_CHUNK_LINE_BYTES:
+                self._open(None)
+            return stop, None
+        line = bytes(self._buf)
+        self._buf.clear()
+        if not line.endswith(b"\r\n"):
+            self._open(None)
+            return stop, None
+        return stop, line[:-2]
+
+    def _frame(self, head: bytes) -> None:
+        """Where the message of ``head`` ends, and whether the connection ends with it."""
+        self._buf.clear()
+        fields = _framing_fields(head)
+        if fields is None:
+            self._open(None)
+            return
+        lengths, codings, options = fields
+        self._closing = b"close" in options or (self._http10 and b"keep-alive" not in options)
+        if codings == [b"chunked"] and not lengths:
+            self._state = _State.CHUNK_LINE
+        elif codings or len(lengths) > 1 or any(_DIGITS.fullmatch(v) is None for v in lengths):
+            self._open(None)  # RFC 9112 §6.3: the parser behind refuses or decides
+        elif lengths and int(next(iter(lengths))):
+            self._left, self._state = int(next(iter(lengths))), _State.BODY
+        else:
+            self._end_message()
+
+    def _end_message(self) -> None:
+        self._state = _State.DONE if self._closing else _State.LINE
+
+    def _open(self, out: bytearray | None) -> None:
+        """Stop screening; ``out`` takes the bytes held back, if any."""
+        if out is not None:
+            out += self._buf
+        self._buf.clear()
+        self._state = _State.OPEN
+
+
+def _check_method(line: bytes, complete: bool) -> None:
+    """Raise unless ``line`` (a request line, or its start) begins with a method we
+    know, or one that may still become one."""
+    space = line.find(b" ")
+    method = line[:space] if space >= 0 else line
+    if not line and not complete:
+        return  # nothing of it yet
+    if _TOKEN.fullmatch(method) is None or (not method and (space >= 0 or complete)):
+        raise MalformedRequest("the request does not start with a method")
+    if space >= 0 or complete:
+        if method not in KNOWN_METHODS:
+            raise UnknownMethod("the request's method is not one this server implements")
+    elif method not in _METHOD_STARTS:
+        raise UnknownMethod("the request's method is not one this server implements")
+
+
+def _check_version(line: bytes) -> bool | None:
+    """Whether the request ``line`` is HTTP/1.0's; None when it names no version the
+    screen can read (the parser behind decides). Raise for any version but 1.x."""
+    version = _VERSION.fullmatch(line.rpartition(b" ")[2])
+    if version is None:
+        return None
+    if version[1] != b"1" or version[2] not in (b"0", b"1"):
+        raise UnsupportedVersion("this server speaks HTTP/1.1 (and 1.0) only")
+    return version[2] == b"0"
+
+
+def _framing_fields(head: bytes) -> tuple[set[bytes], list[bytes], set[bytes]] | None:
+    """The Content-Length values, transfer codings and connection options of a
+    request ``head``; None when its fields are not plain ``name: value`` lines or it
+    asks for an upgrade (the parser behind handles those)."""
+    lengths: set[bytes] = set()
+    codings: list[bytes] = []
+    options: set[bytes] = set()
+    for line in head.split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or _TOKEN.fullmatch(name) is None or not name:
+            return None
+        name, value = name.lower(), value.strip(b" \t")
+        if name == b"content-length":
+            lengths.add(value)
+        elif name == b"transfer-encoding":
+            codings += [c.strip(b" \t").lower() for c in value.split(b",")]
+        elif name == b"connection":
+            options |= {o.strip(b" \t").lower() for o in value.split(b",")}
+        elif name == b"upgrade":
+            return None
+    return None if b"upgrade" in options else (lengths, codings, options)

@@ -34,8 +34,14 @@ from typing import Protocol, cast
 from aiohttp import web
 
 from protocol.conditional import http_date
-from protocol.http1 import MAX_HEAD_BYTES, RequestHead, parse_request_head
+from protocol.http1 import (
+    MAX_HEAD_BYTES,
+    RequestHead,
+    could_start_plain_read,
+    parse_request_head,
+)
 from service import logs
+from service.front import FrontStats
 
 logger = logging.getLogger(__name__)
 
@@ -120,12 +126,13 @@ class FastServer:
 
     def __init__(
         self, handler: FastHandler, slow: Callable[[], Adopter], limits: Limits,
-        idle_timeout_s: float,
+        idle_timeout_s: float, front: FrontStats | None = None,
     ) -> None:
         self.handler = handler
         self.slow = slow
         self.limits = limits
         self.idle_timeout_s = idle_timeout_s
+        self.front = front or FrontStats()
         self.connections: set[FastProtocol] = set()
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -237,6 +244,7 @@ class FastProtocol(asyncio.Protocol):
             self.server.limits.close(self.client, self)
         self.server.connections.discard(self)
         if self.task is not None:
+            self.server.front.hung_up(self.client)
             self.task.cancel()
         self._wake_writer(ConnectionResetError("connection lost"))
 
@@ -391,9 +399,11 @@ class FastProtocol(asyncio.Protocol):
         while self._buf and self._transport is not None and not self._writing_paused:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
-                if len(self._buf) > MAX_HEAD_BYTES or \
-                        self._buf.count(b"\n") != self._buf.count(b"\r\n"):
-                    self._hand_off()  # an oversized head, or bare LFs: aiohttp's to judge
+                if len(self._buf) > MAX_HEAD_BYTES or not could_start_plain_read(self._buf) \
+                        or self._buf.count(b"\n") != self._buf.count(b"\r\n"):
+                    # Oversized, bare LFs, or not a read at all (garbage, a TLS hello):
+                    # aiohttp's to judge, now rather than once a head would be complete.
+                    self._hand_off()
                 else:
                     self._arm_header_timer()
                 return
@@ -437,7 +447,11 @@ class FastProtocol(asyncio.Protocol):
     ) -> None:
         try:
             reply = await outcome
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:
+            self.server.front.hung_up(self.client)
+            self.abort()
+            return
+        except asyncio.CancelledError:
             self.abort()
             raise
         except Exception:

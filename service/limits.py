@@ -37,13 +37,13 @@ from typing import Any
 from aiohttp import web
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.typedefs import Middleware
-from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from service import logs
 from service.cli import add_flag, positive
 from service.fast import FAST, FastHandler, FastServer, Tracked, has_unread_bytes
+from service.front import FRONT, FrontRequestHandler, FrontStats, answering_in_http11
 from service.metrics import Series
 from service.problem import Handler, problem_response
 
@@ -199,9 +199,10 @@ CONNECTIONS = web.AppKey("connection_limits", ConnectionLimits)
 KEEPALIVE = web.AppKey("keepalive_timeout_s", float)
 
 
-class LimitedRequestHandler(RequestHandler):
-    """aiohttp's connection protocol, plus the per-client connection cap, the header
-    timeout and the count of keep-alive timeouts (aiohttp's own timer closes those).
+class LimitedRequestHandler(FrontRequestHandler):
+    """aiohttp's connection protocol behind the front door, plus the per-client
+    connection cap, the header timeout and the count of keep-alive timeouts
+    (aiohttp's own timer closes those).
 
     Reads private attributes of ``RequestHandler`` (``_request_count``, ``_messages``,
     ``_upgraded``, ``_current_request``) and wraps ``_process_keepalive`` (checked against
@@ -212,8 +213,10 @@ class LimitedRequestHandler(RequestHandler):
     __slots__ = ("_answered", "_client", "_header_timer", "_last_active", "_last_chunked",
                  "_last_payload", "_limits", "_reading_head", "_tail")
 
-    def __init__(self, manager: web.Server, limits: ConnectionLimits, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
+    def __init__(
+        self, manager: web.Server, limits: ConnectionLimits, front: FrontStats, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, front, **kwargs)
         self._limits = limits
         self._client: str | None = None  # set while the connection is counted
         self._header_timer: asyncio.TimerHandle | None = None
@@ -352,21 +355,26 @@ class _LimitedServer(web.Server):
     handler, else (and for what the fast path declines) :class:`LimitedRequestHandler`."""
 
     def __init__(
-        self, plain: web.Server, limits: ConnectionLimits, fast_handler: FastHandler | None
+        self, plain: web.Server, limits: ConnectionLimits, fast_handler: FastHandler | None,
+        front: FrontStats,
     ) -> None:
         super().__init__(
-            plain.request_handler, request_factory=plain.request_factory,
+            plain.request_handler, request_factory=answering_in_http11(plain.request_factory),
             handler_cancellation=plain.handler_cancellation, loop=plain._loop, **plain._kwargs,
         )
         self._limits = limits
+        self._front = front
         self._fast = None if fast_handler is None else FastServer(
             fast_handler, self._slow, limits,
             idle_timeout_s=float(
                 self._kwargs.get("keepalive_timeout", DEFAULT_KEEPALIVE_TIMEOUT_S)),
+            front=front,
         )
 
     def _slow(self) -> LimitedRequestHandler:
-        return LimitedRequestHandler(self, self._limits, loop=self._loop, **self._kwargs)
+        return LimitedRequestHandler(
+            self, self._limits, self._front, loop=self._loop, **self._kwargs
+        )
 
     # The loop's protocol factory: any asyncio.Protocol will do, not only aiohttp's.
     def __call__(self) -> asyncio.Protocol:  # type: ignore[override]
@@ -393,18 +401,18 @@ class _LimitedAppRunner(web.AppRunner):
         self._limits = limits
 
     async def _make_server(self) -> web.Server:
-        return _LimitedServer(await super()._make_server(), self._limits, self.app.get(FAST))
+        return _LimitedServer(
+            await super()._make_server(), self._limits, self.app.get(FAST),
+            self.app.get(FRONT) or FrontStats(),
+        )
 
 
 def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
-    """``web.AppRunner(app, **kwargs)``, enforcing the connection limits and keep-alive
-    timeout installed on ``app`` and answering through its fast handler
-    (:data:`service.fast.FAST`) if it has one."""
+    """``web.AppRunner(app, **kwargs)`` behind the front door (:mod:`service.front`),
+    enforcing the connection limits and keep-alive timeout installed on ``app`` and
+    answering through its fast handler (:data:`service.fast.FAST`) if it has one."""
     kwargs.setdefault("keepalive_timeout", app.get(KEEPALIVE, DEFAULT_KEEPALIVE_TIMEOUT_S))
-    limits = app.get(CONNECTIONS)
-    if limits is None and FAST not in app:
-        return web.AppRunner(app, **kwargs)
-    return _LimitedAppRunner(app, limits or ConnectionLimits(0, 0.0), **kwargs)
+    return _LimitedAppRunner(app, app.get(CONNECTIONS) or ConnectionLimits(0, 0.0), **kwargs)
 
 
 def install(

@@ -16,6 +16,7 @@ import re
 import secrets
 import sys
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -43,6 +44,38 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
+
+
+class RateLimitedLog:
+    """At most one line per ``interval_s`` for each key, the next one saying how many
+    were held back: for what anonymous input can trigger, so that a flood of it
+    costs a line a minute, not a line (or a traceback) a request. Keys must come from
+    a small, fixed set (a status, a kind), never from the input."""
+
+    def __init__(
+        self, logger: logging.Logger, interval_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last: dict[object, float] = {}
+        self._held: dict[object, int] = {}
+
+    def log(self, level: int, key: object, msg: str, *args: object) -> bool:
+        """Log ``msg % args`` unless ``key`` had a line less than ``interval_s`` ago;
+        whether it was logged."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            msg, args = msg + " (and %d more like it since the last such line)", (*args, held)
+        self.logger.log(level, msg, *args)
+        return True
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:

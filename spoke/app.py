@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from service import auth, limits, logs
+from service import auth, front, limits, logs
 from service.auth import Access, RouteTable
 from service.fast import FAST, FastHandler
 from service.metrics import make_registry
@@ -41,6 +41,7 @@ def make_app(config: SpokeConfig) -> web.Application:
     # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
     app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
+    front.install(app)
     limits.install(
         app, config.max_inflight_per_client,
         max_connections_per_client=config.max_connections_per_client,
@@ -116,7 +117,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(
         [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke"),
-         *limits.app_series(app, "spoke")]
+         *limits.app_series(app, "spoke"),
+         *front.app_series(app, "spoke")]
     )
     try:
         yield

@@ -311,20 +311,25 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     channel.send(["ready"])
 
-    async def report() -> None:
+    def report() -> None:
         for message in mirror.report():
             channel.send(message)
+        if server.front.hangups:
+            channel.send(["hangups", server.front.hangups])
+            server.front.hangups = 0
+
+    async def report_step() -> None:
+        report()
 
     # Logged here (this process has no /metrics of its own); the loop goes on.
     errors = ErrorCounts("background task", ["report"], logger)
-    reporter = asyncio.create_task(run_every("report", REPORT_INTERVAL_S, report, errors))
+    reporter = asyncio.create_task(run_every("report", REPORT_INTERVAL_S, report_step, errors))
     try:
         await stop.wait()
     finally:
         reporter.cancel()
         listener.close()
         await server.shutdown(SHUTDOWN_GRACE_S)
-        for message in mirror.report():
-            channel.send(message)
+        report()
         channel.close()
         mirror.close()

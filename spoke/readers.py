@@ -40,6 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from protocol.manifest import Manifest, encode_manifest
+from service.front import FRONT, FrontStats
 from service.metrics import Histogram
 from spoke.cache import ChunkCache
 from spoke.channel import MAX_MESSAGE_BYTES, Channel, channel_pair
@@ -85,13 +86,14 @@ class ReaderPool:
     async def start(
         self, cache: ChunkCache, latency: dict[str, Histogram],
         take_over: Callable[[bytes], asyncio.Protocol], count: int, argv: Sequence[str],
-        port: int, cpus: Sequence[int] | None = None,
+        port: int, cpus: Sequence[int] | None = None, front: FrontStats | None = None,
     ) -> None:
         """Start ``count`` readers of ``python -m spoke *argv`` on ``port``, mirroring
         ``cache``; returns once each listens (or has failed, logged). ``take_over``
         makes the protocol of a connection a reader hands over; reader ``i`` is bound
         to ``cpus[i]`` when given."""
         self.cache, self.latency, self.take_over = cache, latency, take_over
+        self.front = front or FrontStats()
         self._argv = [*argv, "--port", str(port)]
         cache.watcher = self
         started = [await self._spawn(None if cpus is None else cpus[i]) for i in range(count)]
@@ -233,6 +235,8 @@ class ReaderPool:
                 self.latency["hit"].merge(counts, total)
             for path in paths:
                 self.cache.refresh_ahead(path)  # the reader's copy must not expire
+        elif kind == "hangups":  # clients gone mid-answer on a reader, for /metrics here
+            self.front.hangups += message[1]
         elif kind == "synced":
             waiter = reader.synced.pop(message[1], None)
             if waiter is not None and not waiter.done():
@@ -331,7 +335,8 @@ def readers_companion(
             raise RuntimeError("reader workers need the fast path's server")
         pool = app[READERS]
         try:
-            await pool.start(app[cache_key], app[latency_key], take_over, count, argv, port, cpus)
+            await pool.start(app[cache_key], app[latency_key], take_over, count, argv, port, cpus,
+                             app.get(FRONT))
             yield
         finally:
             await pool.stop()

@@ -11,11 +11,14 @@ from aiohttp.http_parser import HttpRequestParserPy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.errors import MalformedRequest, ProtocolError, UnknownMethod, UnsupportedVersion
 from protocol.http1 import (
     MAX_FIELDS,
     MAX_HEAD_BYTES,
     MAX_REQUEST_LINE_BYTES,
     Headers,
+    RequestScreen,
+    could_start_plain_read,
     parse_request_head,
 )
 
@@ -286,3 +289,114 @@ def _item(headers: dict[str, str], name: str) -> str | None:
         return headers[name]
     except KeyError:
         return None
+
+
+# ---------------------------------------------------------------------------
+# RequestScreen: what passes to aiohttp's parser, and what it refuses first
+
+GET = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+CLOSE = b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+def screened(*reads: bytes) -> tuple[bytes, type[ProtocolError] | None]:
+    """Everything the screen passes of ``reads`` (fed one at a time), and the kind of
+    the error it found, if any."""
+    screen = RequestScreen()
+    passed, error = b"", None
+    for data in reads:
+        out, found = screen.receive(data)
+        passed += out
+        if found is not None:
+            assert error is None, "a second error"
+            error = type(found)
+    return passed, error
+
+
+@pytest.mark.parametrize("reads, passed, error", [
+    # plain and pipelined requests pass whole, whatever the read boundaries
+    ((GET,), GET, None),
+    ((GET + GET,), GET + GET, None),
+    (tuple(bytes([b]) for b in GET + GET), GET + GET, None),
+    ((b"\r\n" + GET,), b"\r\n" + GET, None),
+    # RFC 9112 §9.6: nothing after the request that closes the connection
+    ((GET + CLOSE + GET,), GET + CLOSE, None),
+    ((GET + CLOSE, GET), GET + CLOSE, None),
+    ((b"GET /a HTTP/1.0\r\n\r\nGET /b HTTP/1.0\r\n\r\n",), b"GET /a HTTP/1.0\r\n\r\n", None),
+    ((b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + GET,),
+     b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + GET, None),
+    # bodies are framed, so the request after them is screened too
+    ((b"POST /p HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nBREW!GET",),
+     b"POST /p HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nBREW!", None),
+    ((b"POST /p HTTP/1.1\r\nContent-Length: 5\r\n\r\nab", b"cdeBREW / HTTP/1.1\r\n\r\n"),
+     b"POST /p HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde", UnknownMethod),
+    ((b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+      b"5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\n" + GET,),
+     b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+     b"5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\n", None),
+    # unknown methods (RFC 9110 §15.6.2), as soon as they cannot become a known one
+    ((b"BREW /pot HTTP/1.1\r\n\r\n",), b"", UnknownMethod),
+    ((b"get / HTTP/1.1\r\n\r\n",), b"", UnknownMethod),
+    ((b"GETX",), b"", UnknownMethod),
+    ((b"PROPFIND / HTTP/1.1\r\n\r\n",), b"", UnknownMethod),
+    ((GET + b"BREW / HTTP/1.1\r\n\r\n" + GET,), GET, UnknownMethod),
+    # versions other than 1.x (RFC 9110 §15.6.6), the version read before the method
+    ((b"GET / HTTP/2.0\r\nHost: x\r\n\r\n",), b"", UnsupportedVersion),
+    ((b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",), b"", UnsupportedVersion),
+    ((b"GET / HTTP/0.9\r\n\r\n",), b"", UnsupportedVersion),
+    ((GET + b"GET / HTTP/3.0\r\n\r\n",), GET, UnsupportedVersion),
+    # what cannot start a request line is refused at once, not at a line end
+    ((bytes.fromhex("16030100a5010000a10303"),), b"", MalformedRequest),
+    ((b"\x00\x00",), b"", MalformedRequest),
+    ((b"G\x7fT / HTTP/1.1\r\n",), b"", MalformedRequest),
+    ((b" / HTTP/1.1\r\n\r\n",), b"", MalformedRequest),
+    # an incomplete request line waits
+    ((b"GE",), b"", None),
+    ((b"GET /objects/ds/a.bin HTT",), b"", None),
+    # what it cannot frame for certain goes on unscreened, for the parser to judge
+    ((b"GET / HTTP/1.1\nHost: x\n\nBREW / HTTP/1.1\r\n\r\n",),
+     b"GET / HTTP/1.1\nHost: x\n\nBREW / HTTP/1.1\r\n\r\n", None),
+    ((b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nBREW",),
+     b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nBREW", None),
+    ((b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nBREW",),
+     b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\nBREW", None),
+    ((b"GET / HTTP/1.x\r\n\r\nBREW",), b"GET / HTTP/1.x\r\n\r\nBREW", None),
+])
+def test_the_screen_passes_requests_and_refuses_what_the_parser_gets_wrong(
+    reads: tuple[bytes, ...], passed: bytes, error: type[ProtocolError] | None
+) -> None:
+    assert screened(*reads) == (passed, error)
+
+
+def test_after_a_refusal_nothing_passes() -> None:
+    screen = RequestScreen()
+    assert screen.receive(b"BREW / HTTP/1.1\r\n\r\n")[1] is not None
+    assert screen.receive(GET) == (b"", None)
+
+
+def test_a_fast_path_start_is_told_apart_from_anything_else() -> None:
+    for start in (b"", b"G", b"GET", b"GET /", b"GET /objects/a", b"HEA", b"HEAD /x"):
+        assert could_start_plain_read(start), start
+    for start in (b"P", b"POST /", b"GET  /", b"get /", b"\x16\x03\x01", b"\r\nGET /", b"HEAD *"):
+        assert not could_start_plain_read(start), start
+
+
+PIECES = [
+    GET, CLOSE, b"\r\n", b"POST /p HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+    b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"BREW / HTTP/1.1\r\n\r\n", b"GET / HTTP/2.0\r\n\r\n", b"\x16\x03\x01\x00",
+    b"GET / HTTP/1.0\r\n\r\n", b"GET / HTTP/1.1\nHost: x\n\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=6), st.data())
+def test_the_screen_passes_the_same_bytes_however_they_are_read(
+    pieces: list[bytes], data: st.DataObject
+) -> None:
+    stream = b"".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    reads = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    whole, split = screened(stream), screened(*[r for r in reads if r])
+    # Which error may differ (an incomplete "BREW" is refused before its version is
+    # read), not what passes nor whether one was found.
+    assert (split[0], split[1] is None) == (whole[0], whole[1] is None)

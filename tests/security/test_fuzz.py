@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import collections.abc
 import functools
 import json
 import logging
@@ -61,6 +62,9 @@ SECRET = b"FUZZ-SECRET-OUTSIDE-THE-ROOT\n"
 MUTATED_PER_SERVER = 2000
 SEED = 20240607
 FOURXX = frozenset(range(400, 500))
+# Answers about the request, not failures of the server: an unknown method (RFC 9110
+# §15.6.2) and an HTTP version other than 1.x (§15.6.6).
+REFUSALS = frozenset({501, 505})
 OK = frozenset({200, 206})
 # Request sizes at aiohttp's limits as service/runner.py configures them.
 MAX_LINE = 8190
@@ -265,7 +269,7 @@ def check_invariants(ex: Exchange) -> list[str]:
     """What is wrong with any answer to any request, whatever was sent."""
     problems = []
     for reply in ex.replies:
-        if reply.status >= 500:
+        if reply.status >= 500 and reply.status not in REFUSALS:
             problems.append(f"{reply.status} answer")
         if reply.truncated:
             problems.append(f"{reply.status} answer cut short ({len(reply.body)} body bytes)")
@@ -414,7 +418,7 @@ def crafted_cases(target: Target) -> list[Case]:
         ("CR in value", request(b"/objects/ds/small.bin", headers=b"X-A: a\rb\r\n")),
         ("bare CR line ends", b"GET /objects/ds/small.bin HTTP/1.1\rHost: x\r\r"),
     ]:
-        add(Case(f"request line: {name}", payload, FOURXX | {505}, answered=None, wait=0.5))
+        add(Case(f"request line: {name}", payload, FOURXX | REFUSALS, answered=None, wait=0.5))
     for name, payload in [
         ("HTTP/0.9 (aiohttp answers as 1.1)", b"GET /objects/ds/small.bin\r\n\r\n"),
         ("HTTP/1.1 without Host",
@@ -533,10 +537,12 @@ def crafted_cases(target: Target) -> list[Case]:
                 empty_listing=b"link-out" in prefix))
 
     # bad methods, HTTP/1.0, pipelining
-    for method in (b"PUT", b"PATCH", b"OPTIONS", b"TRACE", b"PROPFIND", b"FOO", b"M-SEARCH",
-                   b"POST", b"DELETE", b"CONNECT"):
+    for method in (b"PUT", b"PATCH", b"OPTIONS", b"TRACE", b"POST", b"DELETE", b"CONNECT"):
         add(Case(f"{method.decode()} /objects", request(b"/objects/ds/small.bin", method=method),
                  FOURXX))
+    for method in (b"PROPFIND", b"FOO", b"M-SEARCH", b"BREW", b"get"):
+        add(Case(f"{method.decode()} /objects", request(b"/objects/ds/small.bin", method=method),
+                 frozenset({501}), count=1))
     add(Case("HTTP/1.0", request(b"/objects/ds/small.bin", version=b"HTTP/1.0", close=False),
              frozenset({200}), body=small))
     add(Case("HTTP/1.0 ranged", request(b"/objects/ds/big.bin", version=b"HTTP/1.0",
@@ -1106,3 +1112,140 @@ async def test_undecodable_content_encoding_is_a_400(
         ex = await exchange(port, post(path, b"not compressed at all",
                                        extra=b"Content-Encoding: " + coding + b"\r\n"))
         assert ex.statuses == [400], (path, ex.statuses)
+
+
+# ---------------------------------------------------------------------------
+# tokens never reach a log or an answer, whatever else is wrong with the request
+
+TOKEN_REQUESTS_PER_SERVER = 400
+
+
+def hostile_token_requests(rng: random.Random, token: str, targets: list[bytes]) -> bytes:
+    """A request carrying ``token`` in some hostile shape (control bytes in its line,
+    folded, repeated, overlong, in a name...)."""
+    tok = token.encode()
+    cut = rng.randrange(len(tok) + 1)
+    stray = bytes([rng.choice([*range(0, 9), *range(10, 32), 127])])
+    shapes = [
+        b"Authorization: Bearer " + tok[:cut] + stray + tok[cut:] + b"\r\n",
+        b"Authorization: Bearer " + tok + stray + b"\r\n",
+        b"Authorization: " + stray + b"Bearer " + tok + b"\r\n",
+        b"Authorization: Bearer " + tok + b"\r\nAuthorization: Bearer " + tok + stray + b"\r\n",
+        b"Authorization: Bearer\r\n " + tok + b"\r\n",  # obs-fold
+        b"Authorization: Bearer " + tok[:cut] + b"\n" + tok[cut:] + b"\r\n",
+        b"Authorization: Bearer " + tok[:cut] + b"\r" + tok[cut:] + b"\r\n",
+        b"Authorization : Bearer " + tok + b"\r\n",
+        b"Authorization: Bearer " + tok + b"\xff\xfe\r\n",
+        b"Authorization: Bearer " + tok * 300 + b"\r\n",
+        b"X-Api-Key: " + tok + stray + b"\r\n",
+        tok + stray + b": 1\r\n",
+        b"Authorization: Basic " + tok + stray + b"\r\n",
+    ]
+    head = b"Authorization: Bearer " + tok + b"\r\n"
+    body = b""
+    shape = rng.choice(shapes)
+    if rng.random() < 0.3:
+        head, shape = shape, head  # the hostile line first, the clean one after
+    method = rng.choice([b"GET", b"GET", b"HEAD", b"POST", b"BREW", b"get"])
+    if method == b"POST":
+        body = b'{"paths": ["ds/small.bin"]}'
+        head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+    version = rng.choice([b"HTTP/1.1", b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0"])
+    payload = (method + b" " + rng.choice(targets) + b" " + version + b"\r\nHost: fuzz\r\n"
+               + head + shape + b"Connection: close\r\n\r\n" + body)
+    if rng.random() < 0.2:  # and a byte flipped somewhere
+        at = rng.randrange(len(payload))
+        payload = payload[:at] + bytes([payload[at] ^ (1 << rng.randrange(8))]) + payload[at + 1:]
+    return payload
+
+
+async def everything_answered(port: int, payload: bytes, wait: float = 2.0) -> bytes:
+    """Every byte the server sends back to ``payload`` (which asks it to close), until it
+    closes, or ``wait`` seconds after the last byte."""
+    reader, writer = await asyncio.open_connection(HOST, port)
+    received = b""
+    try:
+        with suppress(ConnectionError):
+            writer.write(payload)
+            await writer.drain()
+            while data := await asyncio.wait_for(reader.read(1 << 16), wait):
+                received += data
+    except TimeoutError:
+        pass
+    finally:
+        writer.close()
+        with suppress(Exception):
+            await writer.wait_closed()
+    return received
+
+
+def secrets_in(tokens: list[str]) -> list[bytes]:
+    """What of each token must not appear anywhere: the whole, and each of its parts
+    (claims, signature) long enough to be telling."""
+    return [part.encode() for token in tokens for part in (token, *token.split("."))
+            if len(part) >= 16]
+
+
+@pytest.fixture
+def token_servers(dataset: Dataset, tmp_path: Path) -> collections.abc.Iterator[
+        list[tuple[str, Process]]]:
+    from protocol.auth import issue
+
+    secret = tmp_path / "secret"
+    secret.write_text(os.urandom(32).hex() + "\n")
+    secret.chmod(0o600)
+    hub_token = tmp_path / "hub-token"
+    hub_token.write_text(issue(secret.read_bytes().strip(), "spoke", [""], admin=False,
+                               ttl_s=3600, now=time.time()) + "\n")
+    auth = ["--auth-secret-file", str(secret), "--log-level", "debug"]
+    started: list[tuple[str, Process]] = []
+    try:
+        hub = start_process("hub", ["--root", str(dataset[0]), "--chunk-size", "64KiB", *auth],
+                            log_dir=str(tmp_path))
+        started.append(("hub", hub))
+        for workers in ("1", "2"):
+            started.append((f"spoke --workers {workers}", start_process("spoke", [
+                "--hub", hub.url, "--cache-dir", str(tmp_path / f"cache-{workers}"),
+                "--capacity", "16MiB", "--hub-token-file", str(hub_token),
+                "--workers", workers, *auth], log_dir=str(tmp_path))))
+        yield started
+    finally:
+        for _, server in reversed(started):
+            server.stop()
+
+
+async def test_tokens_never_reach_a_log_or_an_answer(
+    token_servers: list[tuple[str, Process]], tmp_path: Path,
+) -> None:
+    from protocol.auth import issue
+
+    secret = (tmp_path / "secret").read_bytes().strip()
+    rng = random.Random(f"{SEED}-tokens")
+    tokens: list[str] = []
+    leaks: list[str] = []
+    for name, server in token_servers:
+        port = int(server.url.rsplit(":", 1)[1])
+        targets = [b"/objects/ds/small.bin", b"/objects/ds/big.bin", b"/list/ds/", b"/healthz"]
+        targets += [b"/manifest/ds/small.bin"] if name == "hub" else [b"/warm", b"/stats"]
+        gate = asyncio.Semaphore(16)
+
+        async def send(payload: bytes, port: int, gate: asyncio.Semaphore) -> bytes:
+            async with gate:
+                return await everything_answered(port, payload)
+
+        payloads = []
+        for i in range(TOKEN_REQUESTS_PER_SERVER):
+            # Valid tokens (an admin's, a reader's) and made-up ones of the same shape.
+            token = issue(secret, f"tenant-{i}", ["ds/"], admin=i % 3 == 0, ttl_s=3600,
+                          now=time.time()) if i % 2 else f"v1.{os.urandom(24).hex()}.fake"
+            tokens.append(token)
+            payloads.append(hostile_token_requests(rng, token, targets))
+        answers = await asyncio.gather(*(send(p, port, gate) for p in payloads))
+        assert answers, f"{name} answered nothing"
+        everything = b"".join(answers)
+        leaks += [f"{name} answered {s[:24]!r}..." for s in secrets_in(tokens) if s in everything]
+    for name, server in token_servers:
+        server.stop()  # everything it would log is logged
+        log = "\n".join(server.log).encode()
+        leaks += [f"{name} logged {s[:24]!r}..." for s in secrets_in(tokens) if s in log]
+    assert not leaks, "\n".join(leaks[:20])

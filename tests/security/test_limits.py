@@ -10,7 +10,6 @@ from typing import cast
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from hub.config import HubConfig
 from service.fast import has_unread_bytes
@@ -287,7 +286,12 @@ async def test_zero_turns_the_connection_limits_off(dataset: Dataset) -> None:
                                     max_connections_per_client=0, header_timeout_s=0))
     try:
         assert CONNECTIONS not in hub.app
-        assert type(hub.runner) is web.AppRunner
+        # The front door stays: a refusal is still problem+json in HTTP/1.1.
+        reader, writer = await asyncio.open_connection(*hub.url.removeprefix("http://").split(":"))
+        writer.write(b"BREW / HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 501 ") and b"application/problem+json" in answer
     finally:
         await hub.stop()
 
