@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol.errors import BadPath, ProtocolError
+from protocol.errors import BadPath, ProtocolError, no_object
 from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 
@@ -30,7 +30,8 @@ class ObjectInfo:
     path: str
     size: int
     etag: str
-    mtime: int
+    # st_mtime_ns: the float st_mtime can round up into the next second.
+    mtime_ns: int
 
     @property
     def content_type(self) -> str:
@@ -109,7 +110,7 @@ class FilesystemBackend:
         try:
             st = os.stat(real)
         except OSError:  # missing, a symlink loop, a name too long: no object either way
-            raise ObjectNotFound(f"no object {path!r}") from None
+            raise ObjectNotFound(no_object(path)) from None
         return self._info(path, st)
 
     def open(self, path: str) -> OpenObject:
@@ -118,7 +119,7 @@ class FilesystemBackend:
             # O_NONBLOCK: opening a FIFO would otherwise block until a writer appears.
             fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:  # missing, a directory, a symlink loop: no object either way
-            raise ObjectNotFound(f"no object {path!r}") from None
+            raise ObjectNotFound(no_object(path)) from None
         try:
             # fstat on the open fd: the etag describes exactly the bytes we will read.
             return _OpenFile(fd, self._info(path, os.fstat(fd)))
@@ -161,5 +162,5 @@ class FilesystemBackend:
     @staticmethod
     def _info(path: str, st: os.stat_result) -> ObjectInfo:
         if not stat.S_ISREG(st.st_mode):
-            raise ObjectNotFound(f"no object {path!r}")
-        return ObjectInfo(path, st.st_size, etag_for(st), int(st.st_mtime))
+            raise ObjectNotFound(no_object(path))
+        return ObjectInfo(path, st.st_size, etag_for(st), st.st_mtime_ns)

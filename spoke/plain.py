@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable
 from itertools import takewhile
 from typing import Protocol
@@ -23,13 +24,14 @@ from typing import Protocol
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest
+from protocol.multipart import Buffer, boundary_avoiding, boundary_occurs, new_boundary
 from protocol.paths import validate_path
 from protocol.ranges import ByteRange
-from protocol.response import ResponsePlan, plan_response
+from protocol.response import ResponsePlan, plan_response, reframed
 from service.fast import FastConnection, Reply
 from spoke.cache import ChunkGone
 from spoke.keys import chunk_name, manifest_version
-from spoke.objects import new_boundary, representation
+from spoke.objects import representation
 
 logger = logging.getLogger(__name__)
 
@@ -192,18 +194,19 @@ class PlainReads:
         the planner itself; None unless it is a 206 of cached chunks."""
         try:
             plan = plan_response("GET", head.headers, representation(manifest, path),
-                                 new_boundary())
+                                 new_boundary(), int(time.time()))
         except ProtocolError:
             return None  # 416, too many ranges: the general path's answer
         ranges = plan.ranges
         if plan.status != 206 or not answerable_now(conn, plan):
             return None
         try:
-            body = read_cached_body(source, manifest, plan, zero_copy=conn.can_sendfile)
+            read = read_cached_body(source, manifest, plan, zero_copy=conn.can_sendfile)
         except ChunkGone:
             return None
-        if body is None:
+        if read is None:
             return None
+        plan, body = read
         source.served(manifest, ranges)
         conn.writelines([conn.head(206, [*plan.headers, ("X-Cache", "HIT")], head.keep_alive),
                          *body])
@@ -214,12 +217,17 @@ class PlainReads:
         known = self._prefixes.get(path)
         if known is not None and known[0] is manifest:
             return known[1]
-        planned = plan_response("GET", {"Range": "bytes=0-0"}, representation(manifest, path), "")
+        now = int(time.time())
+        planned = plan_response(
+            "GET", {"Range": "bytes=0-0"}, representation(manifest, path), "", now
+        )
         prefix = "".join(
             f"{name}: {value}\r\n"
             for name, value in takewhile(lambda h: h[0] != "Content-Range", planned.headers)
         )
         head = f"HTTP/1.1 206 Partial Content\r\n{prefix}Content-Range: bytes ".encode("latin-1")
+        if manifest.mtime >= now - 1:
+            return head  # Last-Modified capped by this second's Date: not for later answers
         if len(self._prefixes) >= MAX_REMEMBERED_PATHS:
             self._prefixes.clear()
         self._prefixes[path] = (manifest, head)
@@ -259,13 +267,17 @@ def _one_range(match: re.Match[str], size: int) -> ByteRange | None:
     return ByteRange(start, stop) if start < stop else None
 
 
+Piece = bytes | memoryview
+
+
 def read_cached_body(
     source: HitSource, manifest: Manifest, plan: ResponsePlan, *, zero_copy: bool
-) -> list[bytes | memoryview] | None:
-    """``plan``'s body, its ranges read from cached chunks (each counted as a hit), or
-    None, nothing counted, unless every chunk it needs is cached. Raises ChunkGone.
-    ``zero_copy`` (the body goes to a plain TCP socket): views of the mapped chunk
-    files rather than bytes read from them."""
+) -> tuple[ResponsePlan, list[Piece]] | None:
+    """``plan`` and its body, its ranges read from cached chunks (each counted as a
+    hit), or None, nothing counted, unless every chunk it needs is cached. Raises
+    ChunkGone. ``zero_copy`` (the body goes to a plain TCP socket): views of the mapped
+    chunk files rather than bytes read from them. A multipart plan comes back
+    reframed if the bytes read hold its boundary."""
     laid_out: list[bytes | list[tuple[str, int, int]]] = []
     for part in plan.body:
         slices = part if isinstance(part, bytes) else _resident_slices(source, manifest, part)
@@ -273,13 +285,33 @@ def read_cached_body(
             return None
         laid_out.append(slices)
     read = source.view_hit if zero_copy else source.read_hit
-    body: list[bytes | memoryview] = []
-    for piece in laid_out:
-        if isinstance(piece, bytes):
-            body.append(piece)
+    parts: list[bytes | list[Piece]] = [
+        piece if isinstance(piece, bytes) else [read(*chunk) for chunk in piece]
+        for piece in laid_out
+    ]
+    if plan.boundary is not None:
+        plan, parts = _clear_boundary(plan, parts)
+    body: list[Piece] = []
+    for framed in parts:
+        if isinstance(framed, bytes):
+            body.append(framed)
         else:
-            body += [read(*chunk) for chunk in piece]
-    return body
+            body += framed
+    return plan, body
+
+
+def _clear_boundary(
+    plan: ResponsePlan, parts: list[bytes | list[Piece]]
+) -> tuple[ResponsePlan, list[bytes | list[Piece]]]:
+    """``plan`` and ``parts`` (its framing literals and each range's pieces), with a new
+    boundary in the framing if the pieces hold the planned one."""
+    assert plan.boundary is not None
+    data: list[list[Buffer]] = [list(p) for p in parts if not isinstance(p, bytes)]
+    if not any(boundary_occurs(plan.boundary, d) for d in data):
+        return plan, parts
+    plan = reframed(plan, boundary_avoiding(data))
+    literals = iter([p for p in plan.body if isinstance(p, bytes)])
+    return plan, [next(literals) if isinstance(p, bytes) else p for p in parts]
 
 
 def _resident_slices(
