@@ -56,7 +56,7 @@ async def get_object(request: web.Request) -> web.StreamResponse:
         info = obj.info
         rep = Representation(info.size, info.etag, info.mtime_ns, info.content_type)
         plan = plan_response(
-            request.method, request.headers, rep, new_boundary(), int(time.time())
+            request.method, request.headers, rep, new_boundary, int(time.time())
         )
         if plan.boundary is not None:
             plan = await loop.run_in_executor(None, _boundary_clear_of_data, obj, plan)

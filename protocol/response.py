@@ -9,7 +9,7 @@ what keeps a loader unable to tell them apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -54,12 +54,14 @@ class ResponsePlan:
 
 
 def plan_response(
-    method: str, headers: Mapping[str, str], rep: Representation, boundary: str, now: int
+    method: str, headers: Mapping[str, str], rep: Representation,
+    boundary: str | Callable[[], str], now: int,
 ) -> ResponsePlan:
     """Plan the answer to a ``GET`` or ``HEAD`` of ``rep``.
 
-    ``boundary`` separates multipart/byteranges parts; pass a fresh random one
-    (:func:`protocol.multipart.new_boundary`). ``now``: the second the answer's
+    ``boundary`` separates multipart/byteranges parts: pass
+    :func:`protocol.multipart.new_boundary` itself, called only for a multipart
+    answer (a fixed string is for tests). ``now``: the second the answer's
     ``Date`` will name, or an earlier one (dates are validators only relative to it).
     Raises :class:`~protocol.conditional.PreconditionFailed` (412) and
     :class:`~protocol.errors.RangeNotSatisfiable` (416, also for too many ranges).
@@ -78,7 +80,7 @@ def plan_response(
         return _whole(common, rep)
     if len(ranges) == 1:
         return _single_part(common, rep, ranges[0])
-    return _multipart(common, rep, ranges, boundary)
+    return _multipart(common, rep, ranges, boundary if isinstance(boundary, str) else boundary())
 
 
 def _requested_ranges(

@@ -107,7 +107,7 @@ class ObjectReads:
         """Plan the answer to a read of ``manifest``'s version; raises the plan's
         :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
         rep = representation(manifest, path)
-        plan = plan_response(method, headers, rep, new_boundary(), int(time.time()))
+        plan = plan_response(method, headers, rep, new_boundary, int(time.time()))
         x_cache = self._x_cache(manifest, plan)
         plan_id = headers.get(PLAN_HEADER)
         ranges = plan.ranges

@@ -194,7 +194,7 @@ class PlainReads:
         the planner itself; None unless it is a 206 of cached chunks."""
         try:
             plan = plan_response("GET", head.headers, representation(manifest, path),
-                                 new_boundary(), int(time.time()))
+                                 new_boundary, int(time.time()))
         except ProtocolError:
             return None  # 416, too many ranges: the general path's answer
         ranges = plan.ranges
