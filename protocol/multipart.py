@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from protocol.errors import ProtocolError
 from protocol.ranges import ByteRange
@@ -45,6 +46,46 @@ def boundary_occurs(boundary: str, part: Iterable[Buffer]) -> bool:
         if data.find(needle) >= 0 or (tail and (tail + data[:overlap]).find(needle) >= 0):
             return True
         tail = data[-overlap:] if len(data) >= overlap else (tail + data)[-overlap:]
+    return False
+
+
+_HEX = 2 * BOUNDARY_BYTES
+_DELIMITER_LIKE = re.compile(rb"--([0-9a-f]{%d})" % _HEX)
+# A chunk's first and last bytes: enough for a delimiter across two of them.
+_EDGE = _HEX + 1
+
+
+@dataclass(frozen=True, slots=True)
+class DelimiterScan:
+    """Where a block of bytes (a cached chunk) could hold any boundary of ours:
+    ``--`` and 24 hex characters, found once, checked against each answer's boundary
+    without reading the bytes again."""
+
+    found: tuple[tuple[int, bytes], ...]  # (offset of the "--", the 24 characters)
+    head: bytes
+    tail: bytes
+
+
+def scan_for_delimiters(data: bytes) -> DelimiterScan:
+    found = tuple((m.start(), m.group(1)) for m in _DELIMITER_LIKE.finditer(data))
+    return DelimiterScan(found, data[:_EDGE], data[-_EDGE:])
+
+
+def scanned_part_holds(boundary: str, slices: Sequence[tuple[DelimiterScan, int, int]]) -> bool:
+    """Whether ``--boundary`` occurs in one part made of ``slices`` ([lo, hi) of each
+    scanned block, in order; each after the first starts at its block's beginning,
+    each before the last ends at its block's end)."""
+    token = boundary.encode("ascii")
+    needle = b"--" + token
+    previous: DelimiterScan | None = None
+    for scan, lo, hi in slices:
+        if scan.found and any(
+            t == token and lo <= at and at + len(needle) <= hi for at, t in scan.found
+        ):
+            return True
+        if previous is not None and needle in previous.tail + scan.head:
+            return True  # across the join; a false alarm at worst, for a short slice
+        previous = scan
     return False
 
 

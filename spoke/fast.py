@@ -243,6 +243,9 @@ class _CacheHits:
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
         return self.cache.read_hit(name, start, stop)
 
+    def peek(self, name: str, start: int, stop: int) -> bytes:
+        return self.cache.peek(name, start, stop)
+
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
         return self.cache.view_hit(name, start, stop)
 

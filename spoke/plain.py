@@ -24,7 +24,12 @@ from typing import Protocol
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest
-from protocol.multipart import Buffer, boundary_avoiding, boundary_occurs, new_boundary
+from protocol.multipart import (
+    DelimiterScan,
+    new_boundary,
+    scan_for_delimiters,
+    scanned_part_holds,
+)
 from protocol.paths import validate_path
 from protocol.ranges import ByteRange
 from protocol.response import ResponsePlan, plan_response, reframed
@@ -60,6 +65,11 @@ class HitSource(Protocol):
 
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
         """Bytes of a resident chunk, counted as a loader's hit; raises ChunkGone."""
+        ...
+
+    def peek(self, name: str, start: int, stop: int) -> bytes:
+        """Bytes of a resident chunk, not counted as a hit (a check made once per
+        chunk); raises ChunkGone."""
         ...
 
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
@@ -268,6 +278,7 @@ def _one_range(match: re.Match[str], size: int) -> ByteRange | None:
 
 
 Piece = bytes | memoryview
+Slices = list[tuple[str, int, int]]
 
 
 def read_cached_body(
@@ -277,41 +288,87 @@ def read_cached_body(
     hit), or None, nothing counted, unless every chunk it needs is cached. Raises
     ChunkGone. ``zero_copy`` (the body goes to a plain TCP socket): views of the mapped
     chunk files rather than bytes read from them. A multipart plan comes back
-    reframed if the bytes read hold its boundary."""
-    laid_out: list[bytes | list[tuple[str, int, int]]] = []
+    reframed if its boundary occurs in the bytes of its parts."""
+    laid_out: list[bytes | Slices] = []
     for part in plan.body:
         slices = part if isinstance(part, bytes) else _resident_slices(source, manifest, part)
         if slices is None:
             return None
         laid_out.append(slices)
-    read = source.view_hit if zero_copy else source.read_hit
-    parts: list[bytes | list[Piece]] = [
-        piece if isinstance(piece, bytes) else [read(*chunk) for chunk in piece]
-        for piece in laid_out
-    ]
     if plan.boundary is not None:
-        plan, parts = _clear_boundary(plan, parts)
+        plan, laid_out = _clear_boundary(source, manifest, plan, laid_out)
+    read = source.view_hit if zero_copy else source.read_hit
     body: list[Piece] = []
-    for framed in parts:
-        if isinstance(framed, bytes):
-            body.append(framed)
+    for piece in laid_out:
+        if isinstance(piece, bytes):
+            body.append(piece)
         else:
-            body += framed
+            body += [read(*chunk) for chunk in piece]
     return plan, body
 
 
 def _clear_boundary(
-    plan: ResponsePlan, parts: list[bytes | list[Piece]]
-) -> tuple[ResponsePlan, list[bytes | list[Piece]]]:
-    """``plan`` and ``parts`` (its framing literals and each range's pieces), with a new
-    boundary in the framing if the pieces hold the planned one."""
-    assert plan.boundary is not None
-    data: list[list[Buffer]] = [list(p) for p in parts if not isinstance(p, bytes)]
-    if not any(boundary_occurs(plan.boundary, d) for d in data):
-        return plan, parts
-    plan = reframed(plan, boundary_avoiding(data))
-    literals = iter([p for p in plan.body if isinstance(p, bytes)])
-    return plan, [next(literals) if isinstance(p, bytes) else p for p in parts]
+    source: HitSource, manifest: Manifest, plan: ResponsePlan, laid_out: list[bytes | Slices]
+) -> tuple[ResponsePlan, list[bytes | Slices]]:
+    """``plan`` and its layout, reframed if its parts hold its boundary. Decided from
+    each chunk's :class:`DelimiterScan` (made once, by pread: Python never reads a
+    mapped chunk, whose file may shrink under it), not by reading the parts again."""
+    if not _suspect(source, manifest, plan, laid_out):
+        return plan, laid_out
+    parts = [
+        [(_scan(source, manifest, name, part.start // manifest.chunk_size + k), lo, hi)
+         for k, (name, lo, hi) in enumerate(piece)]
+        for part, piece in zip(plan.body, laid_out, strict=True)
+        if isinstance(part, ByteRange) and not isinstance(piece, bytes)
+    ]
+    boundary = plan.boundary
+    assert boundary is not None
+    if not _holds(parts, boundary):
+        return plan, laid_out
+    while _holds(parts, boundary):
+        boundary = new_boundary()
+    plan = reframed(plan, boundary)
+    return plan, [p if isinstance(p, bytes) else slices
+                  for p, slices in zip(plan.body, laid_out, strict=True)]
+
+
+def _suspect(
+    source: HitSource, manifest: Manifest, plan: ResponsePlan, laid_out: list[bytes | Slices]
+) -> bool:
+    """Whether a part might hold a boundary: it spans chunks, or its chunk holds
+    something boundary-like. The usual batch (samples within chunks of binary data)
+    is settled by one lookup per part."""
+    for part, piece in zip(plan.body, laid_out, strict=True):
+        if isinstance(piece, bytes):
+            continue
+        if len(piece) > 1:
+            return True
+        scan = _scans.get(piece[0][0])
+        if scan is None:
+            assert isinstance(part, ByteRange)
+            scan = _scan(source, manifest, piece[0][0], part.start // manifest.chunk_size)
+        if scan.found:
+            return True
+    return False
+
+
+def _holds(parts: list[list[tuple[DelimiterScan, int, int]]], boundary: str) -> bool:
+    return any(scanned_part_holds(boundary, part) for part in parts)
+
+
+# Scans of chunks served in batches, by chunk name (a name is one version's bytes).
+_scans: dict[str, DelimiterScan] = {}
+
+
+def _scan(source: HitSource, manifest: Manifest, name: str, index: int) -> DelimiterScan:
+    scan = _scans.get(name)
+    if scan is None:
+        stop = min(manifest.chunk_size, manifest.size - index * manifest.chunk_size)
+        scan = scan_for_delimiters(source.peek(name, 0, stop))
+        if len(_scans) >= MAX_REMEMBERED_PATHS:
+            _scans.clear()
+        _scans[name] = scan
+    return scan
 
 
 def _resident_slices(

@@ -13,6 +13,8 @@ from protocol.multipart import (
     boundary_occurs,
     new_boundary,
     parse_byteranges,
+    scan_for_delimiters,
+    scanned_part_holds,
     slice_parts,
 )
 from protocol.ranges import ByteRange
@@ -148,3 +150,32 @@ def test_reframed_plan_reads_back_with_the_new_boundary() -> None:
     assert B.encode() not in b"".join(p for p in again.body if isinstance(p, bytes))
     parts = parse_byteranges(fields["Content-Type"], body)
     assert [data for _, data in parts] == [planted[:200], planted[500:600]]
+
+
+def test_a_scan_finds_every_boundary_like_run_and_only_those() -> None:
+    upper = b"--" + B.upper().encode()  # not a boundary of ours: those are lowercase
+    data = b"x" + NEEDLE + b"--nothex" + b"-" * 30 + upper + b"-" + NEEDLE
+    scan = scan_for_delimiters(data)
+    assert scan.found == ((1, B.encode()), (len(data) - 26, B.encode()))  # "---" ends in "--"
+    assert scan.head == data[:25] and scan.tail == data[-25:]
+
+
+# (name, blocks and their [lo, hi) in one part, whether "--B" occurs in the part)
+SCANNED_CASES: list[tuple[str, list[tuple[bytes, int, int]], bool]] = [
+    ("absent", [(b"x" * 100, 10, 100), (b"y" * 100, 0, 50)], False),
+    ("inside the slice", [(b"ab" + NEEDLE + b"cd", 0, 30)], True),
+    ("before the slice", [(b"ab" + NEEDLE + b"cd", 3, 30)], False),
+    ("after the slice", [(b"ab" + NEEDLE + b"cd", 0, 27)], False),
+    ("across two chunks", [(b"x" * 40 + NEEDLE[:9], 5, 49), (NEEDLE[9:] + b"y" * 40, 0, 50)], True),
+    ("another boundary", [(b"ab--fedcba9876543210fedcba98cd", 0, 30)], False),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "blocks", "holds"), SCANNED_CASES, ids=[c[0] for c in SCANNED_CASES]
+)
+def test_scanned_part_holds(name: str, blocks: list[tuple[bytes, int, int]], holds: bool) -> None:
+    slices = [(scan_for_delimiters(data), lo, hi) for data, lo, hi in blocks]
+    assert scanned_part_holds(B, slices) is holds
+    # What the scan decides is what reading the part's bytes would.
+    assert boundary_occurs(B, [data[lo:hi] for data, lo, hi in blocks]) is holds
