@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, no_object
 from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 
@@ -30,7 +30,8 @@ class ObjectInfo:
     path: str
     size: int
     etag: str
-    mtime: int
+    # st_mtime_ns: the float st_mtime can round up into the next second.
+    mtime_ns: int
 
     @property
     def content_type(self) -> str:
@@ -113,7 +114,7 @@ class FilesystemBackend:
         try:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except OSError:  # missing, a name too long: no object either way
-            raise ObjectNotFound(f"no object {path!r}") from None
+            raise ObjectNotFound(no_object(path)) from None
         finally:
             os.close(parent)
         return self._info(path, st)  # a symlink is not a regular file: no object
@@ -125,7 +126,7 @@ class FilesystemBackend:
             # otherwise block until a writer appears.
             fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
         except OSError:  # missing, a directory, a symlink: no object either way
-            raise ObjectNotFound(f"no object {path!r}") from None
+            raise ObjectNotFound(no_object(path)) from None
         finally:
             os.close(parent)
         try:
@@ -201,5 +202,5 @@ class FilesystemBackend:
     @staticmethod
     def _info(path: str, st: os.stat_result) -> ObjectInfo:
         if not stat.S_ISREG(st.st_mode):
-            raise ObjectNotFound(f"no object {path!r}")
-        return ObjectInfo(path, st.st_size, etag_for(st), int(st.st_mtime))
+            raise ObjectNotFound(no_object(path))
+        return ObjectInfo(path, st.st_size, etag_for(st), st.st_mtime_ns)

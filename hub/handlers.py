@@ -5,23 +5,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import secrets
 import select
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import msgpack
 from aiohttp import web
 
 from hub.backend import Backend, OpenObject
 from hub.manifests import ManifestCache
 from hub.stats import HubStats
 from protocol.manifest import encode_manifest
+from protocol.multipart import boundary_avoiding, boundary_occurs, new_boundary
 from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
-from protocol.response import Representation, plan_response
+from protocol.response import Representation, ResponsePlan, plan_response, reframed
 from service.body import send_plan
+from service.listing import list_response
 from service.metrics import metrics_response
 
 BACKEND = web.AppKey("backend", Backend)
@@ -53,8 +54,12 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     obj = backend.open(path) if quick else await loop.run_in_executor(None, backend.open, path)
     try:
         info = obj.info
-        rep = Representation(info.size, info.etag, info.mtime, info.content_type)
-        plan = plan_response(request.method, request.headers, rep, secrets.token_hex(12))
+        rep = Representation(info.size, info.etag, info.mtime_ns, info.content_type)
+        plan = plan_response(
+            request.method, request.headers, rep, new_boundary, int(time.time())
+        )
+        if plan.boundary is not None:
+            plan = await loop.run_in_executor(None, _boundary_clear_of_data, obj, plan)
         stats = request.app[STATS]
 
         async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
@@ -67,6 +72,29 @@ async def get_object(request: web.Request) -> web.StreamResponse:
             obj.close()
         else:
             await loop.run_in_executor(None, obj.close)
+
+
+def _boundary_clear_of_data(obj: OpenObject, plan: ResponsePlan) -> ResponsePlan:
+    """``plan``, reframed if its boundary occurs in the bytes of its parts (blocking).
+
+    The bytes are read here once more (from the page cache, as they are about to be
+    sent): a multipart answer from the hub is a direct client's, not a spoke's fill.
+    """
+    assert plan.boundary is not None
+    if not any(boundary_occurs(plan.boundary, _blocks(obj, r)) for r in plan.ranges):
+        return plan
+    parts: list[list[bytes | bytearray | memoryview]] = [
+        list(_blocks(obj, r)) for r in plan.ranges
+    ]
+    return reframed(plan, boundary_avoiding(parts))
+
+
+def _blocks(obj: OpenObject, r: ByteRange) -> Iterator[bytes]:
+    for offset in range(r.start, r.stop, READ_BLOCK_BYTES):
+        block = obj.read(offset, min(READ_BLOCK_BYTES, r.stop - offset))
+        yield block
+        if not block:
+            return  # shrunk under us: the send cuts the answer
 
 
 async def _stream_file_range(
@@ -183,17 +211,7 @@ async def get_list(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
     infos = await loop.run_in_executor(None, request.app[BACKEND].list, prefix)
     entries = [{"path": i.path, "size": i.size, "etag": i.etag} for i in infos]
-    return list_response(request, prefix, entries)
-
-
-def list_response(
-    request: web.Request, prefix: str, entries: list[dict[str, object]]
-) -> web.Response:
-    """``/list`` answers JSON, or msgpack when the client accepts it."""
-    if "application/msgpack" in request.headers.get("Accept", ""):
-        body = msgpack.packb({"prefix": prefix, "objects": entries}, use_bin_type=True)
-        return web.Response(body=body, content_type="application/msgpack")
-    return web.json_response({"prefix": prefix, "objects": entries})
+    return list_response(request.headers.get("Accept", ""), prefix, entries)
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ import logging
 from cachetools import LRUCache
 
 from hub.backend import Backend, OpenObject
+from protocol.conditional import NS
 from protocol.digests import digest
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
@@ -45,7 +46,8 @@ def compute_manifest(obj: OpenObject, chunk_size: int, digest_alg: str) -> Manif
         chunk_size=chunk_size,
         digest_alg=digest_alg,
         digests=tuple(digests),
-        mtime=info.mtime,
+        mtime=info.mtime_ns // NS,
+        mtime_ns=info.mtime_ns,
     )
 
 

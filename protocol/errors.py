@@ -27,6 +27,12 @@ class BadSize(ProtocolError):
     title = "Bad size"
 
 
+def no_object(path: str) -> str:
+    """The detail of a 404 for object ``path``, in the same words on hub and spoke
+    (a loader must not tell them apart)."""
+    return f"no object {path!r}"
+
+
 class RangeNotSatisfiable(ProtocolError):
     """No range in a ``Range`` header overlaps the object (RFC 9110 §15.5.17).
 
@@ -36,15 +42,19 @@ class RangeNotSatisfiable(ProtocolError):
     status_hint = 416
     title = "Range Not Satisfiable"
 
-    def __init__(self, size: int) -> None:
-        super().__init__(f"no requested range overlaps the object's {size} bytes")
+    def __init__(self, size: int, detail: str | None = None) -> None:
+        super().__init__(detail or f"no requested range overlaps the object's {size} bytes")
         self.size = size
 
 
-class TooManyRanges(ProtocolError):
-    """A ``Range`` header listing more ranges than we are willing to consider."""
+class TooManyRanges(RangeNotSatisfiable):
+    """A ``Range`` header listing more ranges than we are willing to consider.
 
-    title = "Too many ranges"
+    416, as RFC 9110 §15.5.17 has it for "an excessive request of small or
+    overlapping ranges". The alternative it allows, ignoring Range for a 200, would
+    answer a loader's batch of samples with the whole object: possibly gigabytes
+    nobody asked for, which its multipart parser cannot take either.
+    """
 
 
 class ManifestError(ProtocolError):

@@ -1,8 +1,10 @@
 """The manifest: what a spoke needs to know to cache an object chunk by chunk.
 
 Encoded as a msgpack map with the keys ``path, size, etag, chunk_size,
-digest_alg, digests`` (one digest per chunk) and ``mtime`` (seconds since the
-epoch, for ``Last-Modified``). Everything that comes off the wire is validated:
+digest_alg, digests`` (one digest per chunk), ``mtime`` (seconds since the
+epoch, for ``Last-Modified``) and ``mtime_ns`` (the same instant in nanoseconds, which
+tells a spoke whether that date may validate a range; a manifest without it, from an
+older hub, stands for the whole second). Everything that comes off the wire is validated:
 a manifest that decodes is a manifest the spoke can trust structurally.
 """
 
@@ -14,12 +16,14 @@ from typing import Any
 import msgpack
 
 from protocol.chunks import chunk_count
+from protocol.conditional import NS
 from protocol.errors import ManifestError, ProtocolError
 from protocol.paths import validate_path
 
 DIGEST_SIZES = {"xxh3-128": 16, "blake3": 32, "sha256": 32}
 # 64 GiB objects with 64 KiB chunks stay well under this; it bounds decoding work.
 MAX_MANIFEST_BYTES = 64 << 20
+_MAX_INT64 = (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +37,13 @@ class Manifest:
     digest_alg: str
     digests: tuple[bytes, ...]
     mtime: int = 0
+    mtime_ns: int = 0  # 0: derived from ``mtime`` (and the other way round)
 
     def __post_init__(self) -> None:
+        if self.mtime_ns == 0:
+            object.__setattr__(self, "mtime_ns", self.mtime * NS)
+        elif self.mtime == 0:
+            object.__setattr__(self, "mtime", self.mtime_ns // NS)
         _validate(self)
 
     @property
@@ -53,6 +62,9 @@ def encode_manifest(manifest: Manifest) -> bytes:
             "digest_alg": manifest.digest_alg,
             "digests": list(manifest.digests),
             "mtime": manifest.mtime,
+            # msgpack ints end at 64 bits (the year 2262 in nanoseconds): later dates
+            # go as whole seconds only.
+            **({"mtime_ns": manifest.mtime_ns} if manifest.mtime_ns <= _MAX_INT64 else {}),
         },
         use_bin_type=True,
     )
@@ -76,7 +88,8 @@ def decode_manifest(data: bytes) -> Manifest:
             chunk_size=_field(raw, "chunk_size", int),
             digest_alg=_field(raw, "digest_alg", str),
             digests=tuple(_digests(raw)),
-            mtime=raw.get("mtime", 0) if type(raw.get("mtime", 0)) is int else -1,
+            mtime=_optional_int(raw, "mtime"),
+            mtime_ns=_optional_int(raw, "mtime_ns"),
         )
     except ManifestError:
         raise
@@ -92,6 +105,12 @@ def _field(raw: dict[Any, Any], name: str, kind: type[Any]) -> Any:
     return value
 
 
+def _optional_int(raw: dict[Any, Any], name: str) -> int:
+    """An optional int field: 0 when absent, -1 (refused) when it is not an int."""
+    value = raw.get(name, 0)
+    return value if type(value) is int else -1
+
+
 def _digests(raw: dict[Any, Any]) -> list[bytes]:
     digests = raw.get("digests")
     if not isinstance(digests, list) or not all(isinstance(d, bytes) for d in digests):
@@ -101,8 +120,10 @@ def _digests(raw: dict[Any, Any]) -> list[bytes]:
 
 def _validate(m: Manifest) -> None:
     validate_path(m.path)
-    if m.size < 0 or m.chunk_size <= 0 or m.mtime < 0:
+    if m.size < 0 or m.chunk_size <= 0 or m.mtime < 0 or m.mtime_ns < 0:
         raise ManifestError("manifest size, chunk_size or mtime out of range")
+    if m.mtime_ns // NS != m.mtime:
+        raise ManifestError("manifest mtime and mtime_ns name different seconds")
     if not (
         m.etag.startswith('"')
         and m.etag.endswith('"')

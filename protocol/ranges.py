@@ -50,9 +50,10 @@ def parse_range(header: str, size: int) -> list[ByteRange] | None:
     ignores it and answers 200).
 
     Raises :class:`RangeNotSatisfiable` when it parses but nothing overlaps the
-    object, and :class:`TooManyRanges` when it lists more than ``MAX_RANGES``.
+    object, and :class:`TooManyRanges` (a 416 too) when it lists more than
+    ``MAX_RANGES``.
     """
-    specs = _parse_specs(header)
+    specs = _parse_specs(header, size)
     if specs is None:
         return None
     ranges = [r for r in (_resolve(spec, size) for spec in specs) if r is not None]
@@ -68,7 +69,7 @@ def first_byte_wanted(header: str | None) -> int | None:
     if header is None:
         return 0
     try:
-        specs = _parse_specs(header)
+        specs = _parse_specs(header, 0)
     except TooManyRanges:
         return None
     if not specs or specs[0].first is None:
@@ -76,9 +77,9 @@ def first_byte_wanted(header: str | None) -> int | None:
     return specs[0].first
 
 
-def _parse_specs(header: str) -> list[_Spec] | None:
+def _parse_specs(header: str, size: int) -> list[_Spec] | None:
     if len(header) > MAX_RANGE_HEADER_BYTES:
-        raise TooManyRanges(f"Range header longer than {MAX_RANGE_HEADER_BYTES} bytes")
+        raise TooManyRanges(size, f"Range header longer than {MAX_RANGE_HEADER_BYTES} bytes")
     unit, sep, rest = header.partition("=")
     if not sep or unit.strip().lower() != "bytes":
         return None
@@ -88,7 +89,7 @@ def _parse_specs(header: str) -> list[_Spec] | None:
     if not parts:
         return None
     if len(parts) > MAX_RANGES:
-        raise TooManyRanges(f"more than {MAX_RANGES} ranges in one request")
+        raise TooManyRanges(size, f"more than {MAX_RANGES} ranges in one request")
     specs = [_parse_spec(p) for p in parts]
     if any(s is None for s in specs):
         return None

@@ -9,11 +9,16 @@ what keeps a loader unable to tell them apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from protocol.conditional import evaluate_preconditions, http_date, if_range_holds
+from protocol.conditional import (
+    evaluate_preconditions,
+    http_date,
+    if_range_holds,
+    last_modified,
+)
 from protocol.ranges import ByteRange, content_range, parse_range
 
 BodyPart = bytes | ByteRange
@@ -25,7 +30,7 @@ class Representation:
 
     size: int
     etag: str
-    mtime: int
+    mtime_ns: int
     content_type: str = "application/octet-stream"
 
 
@@ -36,6 +41,7 @@ class ResponsePlan:
     status: int
     headers: tuple[tuple[str, str], ...]
     body: tuple[BodyPart, ...]
+    boundary: str | None = None  # a multipart/byteranges answer's
 
     @property
     def content_length(self) -> int:
@@ -48,35 +54,40 @@ class ResponsePlan:
 
 
 def plan_response(
-    method: str, headers: Mapping[str, str], rep: Representation, boundary: str
+    method: str, headers: Mapping[str, str], rep: Representation,
+    boundary: str | Callable[[], str], now: int,
 ) -> ResponsePlan:
     """Plan the answer to a ``GET`` or ``HEAD`` of ``rep``.
 
-    ``boundary`` separates multipart/byteranges parts; pass a fresh random one.
-    Raises :class:`~protocol.conditional.PreconditionFailed` (412),
-    :class:`~protocol.errors.RangeNotSatisfiable` (416) and
-    :class:`~protocol.errors.TooManyRanges` (400).
+    ``boundary`` separates multipart/byteranges parts: pass
+    :func:`protocol.multipart.new_boundary` itself, called only for a multipart
+    answer (a fixed string is for tests). ``now``: the second the answer's
+    ``Date`` will name, or an earlier one (dates are validators only relative to it).
+    Raises :class:`~protocol.conditional.PreconditionFailed` (412) and
+    :class:`~protocol.errors.RangeNotSatisfiable` (416, also for too many ranges).
     """
     common = (
         ("Accept-Ranges", "bytes"),
         ("ETag", rep.etag),
-        ("Last-Modified", http_date(rep.mtime)),
+        ("Last-Modified", http_date(last_modified(rep.mtime_ns, now))),
     )
-    forced = evaluate_preconditions(method, headers, rep.etag, rep.mtime)
+    forced = evaluate_preconditions(method, headers, rep.etag, rep.mtime_ns, now)
     if forced is not None:
         return ResponsePlan(forced, common, ())
     # RFC 9110 §14.2: range handling is defined for GET only; HEAD gets the 200 headers.
-    ranges = _requested_ranges(headers, rep) if method == "GET" else None
+    ranges = _requested_ranges(headers, rep, now) if method == "GET" else None
     if ranges is None:
         return _whole(common, rep)
     if len(ranges) == 1:
         return _single_part(common, rep, ranges[0])
-    return _multipart(common, rep, ranges, boundary)
+    return _multipart(common, rep, ranges, boundary if isinstance(boundary, str) else boundary())
 
 
-def _requested_ranges(headers: Mapping[str, str], rep: Representation) -> list[ByteRange] | None:
+def _requested_ranges(
+    headers: Mapping[str, str], rep: Representation, now: int
+) -> list[ByteRange] | None:
     header = headers.get("Range")
-    if header is None or not if_range_holds(headers, rep.etag, rep.mtime):
+    if header is None or not if_range_holds(headers, rep.etag, rep.mtime_ns, now):
         return None
     ranges = parse_range(header, rep.size)
     return None if ranges is None else _bounded(ranges)
@@ -143,4 +154,19 @@ def _multipart(
         ("Content-Type", f"multipart/byteranges; boundary={boundary}"),
         ("Content-Length", str(length)),
     )
-    return ResponsePlan(206, headers, tuple(body))
+    return ResponsePlan(206, headers, tuple(body), boundary)
+
+
+def reframed(plan: ResponsePlan, boundary: str) -> ResponsePlan:
+    """Multipart ``plan`` with ``boundary`` in place of its own, for when the parts'
+    bytes turn out to hold the first one."""
+    assert plan.boundary is not None
+    old, new = f"--{plan.boundary}".encode("ascii"), f"--{boundary}".encode("ascii")
+    body = tuple(p.replace(old, new) if isinstance(p, bytes) else p for p in plan.body)
+    length = sum(len(p) if isinstance(p, bytes) else p.length for p in body)
+    replaced = {
+        "Content-Type": f"multipart/byteranges; boundary={boundary}",
+        "Content-Length": str(length),
+    }
+    headers = tuple((name, replaced.get(name, value)) for name, value in plan.headers)
+    return ResponsePlan(plan.status, headers, body, boundary)

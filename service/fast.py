@@ -34,6 +34,7 @@ from typing import Protocol, cast
 from aiohttp import web
 
 from protocol.conditional import http_date
+from protocol.headers import SERVER
 from protocol.http1 import (
     MAX_HEAD_BYTES,
     RequestHead,
@@ -304,7 +305,10 @@ class FastProtocol(asyncio.Protocol):
     def head_end(self, keep_alive: bool) -> str:
         """The fields that end every head (Date, request id, close) and the blank line."""
         close = "" if keep_alive else "Connection: close\r\n"
-        return f"Date: {_date_now()}\r\n{logs.REQUEST_ID_HEADER}: {self.request_id}\r\n{close}\r\n"
+        return (
+            f"Date: {_date_now()}\r\nServer: {SERVER}\r\n"
+            f"{logs.REQUEST_ID_HEADER}: {self.request_id}\r\n{close}\r\n"
+        )
 
     async def drain(self) -> None:
         if self._transport is None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from protocol.headers import SERVER
 from service.problem import Handler
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -99,10 +100,17 @@ async def add_request_id_header(request: web.Request, response: web.StreamRespon
         response.headers[REQUEST_ID_HEADER] = rid
 
 
+async def add_server_header(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: hub and spoke name themselves alike (aiohttp would
+    say its version, the fast path nothing)."""
+    response.headers["Server"] = SERVER
+
+
 def install(app: web.Application) -> None:
     """Give ``app`` request ids and the access log (call before other middlewares)."""
     app.middlewares.insert(0, access_log_middleware)
     app.on_response_prepare.append(add_request_id_header)
+    app.on_response_prepare.append(add_server_header)
 
 
 # A random per-process prefix and a counter: unique like random ids, without a

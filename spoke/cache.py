@@ -454,6 +454,10 @@ class ChunkCache:
         self._count_hit(name)
         return self._pread(name, start, stop)
 
+    def peek(self, name: str, start: int, stop: int) -> bytes:
+        """:meth:`read_hit`'s bytes, not counted as a hit (a check made once per chunk)."""
+        return self._pread(name, start, stop)
+
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
         """:meth:`read_hit`'s bytes as a view of the chunk's mapped file, no copy: only
         for a plain socket's transport (see :mod:`spoke.fds`). Raises ChunkGone (and

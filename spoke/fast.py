@@ -30,7 +30,7 @@ from service.limits import LIMIT
 from service.problem import PROBLEM_JSON, error_headers, problem_body
 from spoke.cache import ChunkGone
 from spoke.errors import VersionChanged
-from spoke.objects import ObjectReads, Prepared
+from spoke.objects import ObjectReads, Prepared, boundary_watch, watched
 from spoke.plain import (
     OBJECTS,
     PlainReads,
@@ -154,17 +154,19 @@ async def _serve(
         sent += len(data)
         await conn.drain()
 
+    # A multipart body's bytes all pass the boundary check, none goes by sendfile.
+    watch = boundary_watch(plan)
     try:
         for part in plan.body:
             if isinstance(part, bytes):
                 await write(part)
                 continue
             # The primed chunk is the reader's: counted once, read once.
-            done = 0 if primed else await _sendfile_prefix(reads, conn, manifest, part)
+            done = 0 if primed or watch else await _sendfile_prefix(reads, conn, manifest, part)
             primed = False
             sent += done
             if done < part.length:
-                await reader.write(ByteRange(part.start + done, part.stop), write)
+                await reader.write(ByteRange(part.start + done, part.stop), watched(watch, write))
     except ConnectionError:
         raise
     except Exception as exc:
@@ -182,20 +184,22 @@ def _answer_now(
     """Answer from cached chunks within this callback, or None (not all cached, too
     large, or a chunk file gone) and nothing sent."""
     plan = prepared.plan
-    parts = [conn.head(plan.status, prepared.headers, head.keep_alive)]
     if not prepared.has_body or head.method == "HEAD":
-        conn.writelines(parts)
+        conn.writelines([conn.head(plan.status, prepared.headers, head.keep_alive)])
         return Reply(plan.status, 0, prepared.x_cache)
     if prepared.x_cache != "HIT" or not answerable_now(conn, plan):
         return None
     try:
-        body = read_cached_body(hits, manifest, plan, zero_copy=conn.can_sendfile)
+        read = read_cached_body(hits, manifest, plan, zero_copy=conn.can_sendfile)
     except ChunkGone:
         return None  # deleted behind our back: the slow way fetches it again
-    if body is None:
+    if read is None:
         return None
+    if read[0] is not plan:
+        prepared = prepared.with_plan(read[0])
+    plan, body = read
     reads.cache.stats.bytes_served_hit += sum(r.length for r in plan.ranges)
-    conn.writelines([*parts, *body])
+    conn.writelines([conn.head(plan.status, prepared.headers, head.keep_alive), *body])
     return Reply(plan.status, plan.content_length, prepared.x_cache)
 
 
@@ -238,6 +242,9 @@ class _CacheHits:
 
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
         return self.cache.read_hit(name, start, stop)
+
+    def peek(self, name: str, start: int, stop: int) -> bytes:
+        return self.cache.peek(name, start, stop)
 
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
         return self.cache.view_hit(name, start, stop)

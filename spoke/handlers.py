@@ -17,11 +17,12 @@ from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
 from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
+from service.listing import listing
 from service.metrics import Histogram, metrics_response
 from spoke.cache import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.errors import VersionChanged
-from spoke.objects import ObjectReads
+from spoke.objects import ObjectReads, boundary_watch, watched
 from spoke.plans import MAX_PLAN_READS, PlannedRead, PlanRegistry, ReadPlan
 from spoke.readahead import SequentialReadahead
 from spoke.readers import READERS
@@ -63,8 +64,10 @@ async def _serve(
     for prime in prepared.primes:  # a failure still gets a status
         await reader.prime(prime.index, prime.within)
 
+    watch = boundary_watch(prepared.plan)
+
     async def write_range(r: ByteRange, response: web.StreamResponse) -> None:
-        await reader.write(r, response.write)
+        await reader.write(r, watched(watch, response.write))
 
     reads.sending(prepared)
     started = time.perf_counter()
@@ -77,7 +80,7 @@ async def get_list(request: web.Request) -> web.Response:
     prefix = validate_prefix(request.match_info.get("prefix", ""))
     accept = request.headers.get("Accept", "application/json")
     body, content_type = await request.app[CACHE].hub.fetch_list(prefix, accept)
-    return web.Response(body=body, content_type=content_type)
+    return listing(body, content_type)
 
 
 def _tenant(request: web.Request) -> str:

@@ -25,7 +25,7 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
-from protocol.errors import BadPath
+from protocol.errors import BadPath, no_object
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange, range_header
 from service.logs import REQUEST_ID_HEADER, request_id
@@ -337,7 +337,7 @@ def _wants_detail(status: int) -> bool:
 def _status_error(status: int, detail: str, path: str) -> Exception:
     """What a hub's error status means for the loader (``detail``: the body's start)."""
     if status == 404:
-        return ObjectNotFound(f"no object {path!r} at the hub")
+        return ObjectNotFound(no_object(path))
     if status == 412:
         return VersionChanged(f"{path} changed at the hub")
     if status == 409:

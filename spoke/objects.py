@@ -7,13 +7,13 @@ plan and read-ahead bookkeeping, latency) are made here, once.
 
 from __future__ import annotations
 
-import itertools
-import secrets
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from protocol.manifest import Manifest
 from protocol.media import content_type_for
+from protocol.multipart import BoundaryInData, BoundaryWatch, new_boundary
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.metrics import Histogram
@@ -22,13 +22,7 @@ from spoke.cache import ChunkCache
 from spoke.keys import chunk_name, manifest_version
 from spoke.plans import PLAN_HEADER, PlanRegistry
 from spoke.readahead import SequentialReadahead
-from spoke.reader import RangeReader
-
-# multipart/byteranges boundaries: a random per-process prefix keeps them from
-# occurring in object bytes by accident, a counter keeps them cheap; 24 characters,
-# like the hub's, so both frame a response to the same length.
-_BOUNDARY_PREFIX = secrets.token_hex(8)
-_boundaries = itertools.count()
+from spoke.reader import RangeReader, Write
 
 STALE_HEADERS = (
     # RFC 9111 §5.5 retired Warning, but caches and people still read it; the
@@ -38,14 +32,30 @@ STALE_HEADERS = (
 )
 
 
-def new_boundary() -> str:
-    """A multipart/byteranges boundary not used before by this process."""
-    return f"{_BOUNDARY_PREFIX}{next(_boundaries) & 0xFFFFFFFF:08x}"
+def boundary_watch(plan: ResponsePlan) -> BoundaryWatch | None:
+    """For a multipart answer streamed after its head: the check of its parts' bytes."""
+    return None if plan.boundary is None else BoundaryWatch(plan.boundary)
+
+
+def watched(watch: BoundaryWatch | None, write: Write) -> Write:
+    """``write`` for the next part's data, refusing bytes that hold the answer's
+    boundary: the head is gone, so the caller cuts the answer rather than send a
+    body a client would split in the wrong places."""
+    if watch is None:
+        return write
+    watch.next_part()
+
+    async def checked(data: bytes | memoryview) -> None:
+        if not watch.clean(data):
+            raise BoundaryInData("a part's bytes hold the multipart boundary")
+        await write(data)
+
+    return checked
 
 
 def representation(manifest: Manifest, path: str) -> Representation:
     """What the headers of an answer about ``manifest``'s version describe."""
-    return Representation(manifest.size, manifest.etag, manifest.mtime, content_type_for(path))
+    return Representation(manifest.size, manifest.etag, manifest.mtime_ns, content_type_for(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,12 @@ class Prepared:
     @property
     def has_body(self) -> bool:
         return bool(self.plan.body) and self.plan.status != 304
+
+    def with_plan(self, plan: ResponsePlan) -> Prepared:
+        """This answer with ``plan``, its own plan reframed, in its place."""
+        planned = dict(plan.headers)
+        headers = [(name, planned.get(name, value)) for name, value in self.headers]
+        return replace(self, plan=plan, headers=headers)
 
 
 class ObjectReads:
@@ -106,7 +122,7 @@ class ObjectReads:
         """Plan the answer to ``tenant``'s read of ``manifest``'s version; raises the
         plan's :class:`~protocol.errors.ProtocolError` (412, 416, 400)."""
         rep = representation(manifest, path)
-        plan = plan_response(method, headers, rep, new_boundary())
+        plan = plan_response(method, headers, rep, new_boundary, int(time.time()))
         x_cache, missing = self._locality(manifest, plan)
         plan_id = headers.get(PLAN_HEADER)
         ranges = plan.ranges

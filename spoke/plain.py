@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable
 from itertools import takewhile
 from typing import Protocol
@@ -23,13 +24,19 @@ from typing import Protocol
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest
+from protocol.multipart import (
+    DelimiterScan,
+    new_boundary,
+    scan_for_delimiters,
+    scanned_part_holds,
+)
 from protocol.paths import validate_path
 from protocol.ranges import ByteRange
-from protocol.response import ResponsePlan, plan_response
+from protocol.response import ResponsePlan, plan_response, reframed
 from service.fast import FastConnection, Reply
 from spoke.cache import ChunkGone
 from spoke.keys import chunk_name, manifest_version
-from spoke.objects import new_boundary, representation
+from spoke.objects import representation
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +65,11 @@ class HitSource(Protocol):
 
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
         """Bytes of a resident chunk, counted as a loader's hit; raises ChunkGone."""
+        ...
+
+    def peek(self, name: str, start: int, stop: int) -> bytes:
+        """Bytes of a resident chunk, not counted as a hit (a check made once per
+        chunk); raises ChunkGone."""
         ...
 
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
@@ -192,18 +204,19 @@ class PlainReads:
         the planner itself; None unless it is a 206 of cached chunks."""
         try:
             plan = plan_response("GET", head.headers, representation(manifest, path),
-                                 new_boundary())
+                                 new_boundary, int(time.time()))
         except ProtocolError:
             return None  # 416, too many ranges: the general path's answer
         ranges = plan.ranges
         if plan.status != 206 or not answerable_now(conn, plan):
             return None
         try:
-            body = read_cached_body(source, manifest, plan, zero_copy=conn.can_sendfile)
+            read = read_cached_body(source, manifest, plan, zero_copy=conn.can_sendfile)
         except ChunkGone:
             return None
-        if body is None:
+        if read is None:
             return None
+        plan, body = read
         source.served(manifest, ranges)
         conn.writelines([conn.head(206, [*plan.headers, ("X-Cache", "HIT")], head.keep_alive),
                          *body])
@@ -214,12 +227,17 @@ class PlainReads:
         known = self._prefixes.get(path)
         if known is not None and known[0] is manifest:
             return known[1]
-        planned = plan_response("GET", {"Range": "bytes=0-0"}, representation(manifest, path), "")
+        now = int(time.time())
+        planned = plan_response(
+            "GET", {"Range": "bytes=0-0"}, representation(manifest, path), "", now
+        )
         prefix = "".join(
             f"{name}: {value}\r\n"
             for name, value in takewhile(lambda h: h[0] != "Content-Range", planned.headers)
         )
         head = f"HTTP/1.1 206 Partial Content\r\n{prefix}Content-Range: bytes ".encode("latin-1")
+        if manifest.mtime >= now - 1:
+            return head  # Last-Modified capped by this second's Date: not for later answers
         if len(self._prefixes) >= MAX_REMEMBERED_PATHS:
             self._prefixes.clear()
         self._prefixes[path] = (manifest, head)
@@ -259,27 +277,98 @@ def _one_range(match: re.Match[str], size: int) -> ByteRange | None:
     return ByteRange(start, stop) if start < stop else None
 
 
+Piece = bytes | memoryview
+Slices = list[tuple[str, int, int]]
+
+
 def read_cached_body(
     source: HitSource, manifest: Manifest, plan: ResponsePlan, *, zero_copy: bool
-) -> list[bytes | memoryview] | None:
-    """``plan``'s body, its ranges read from cached chunks (each counted as a hit), or
-    None, nothing counted, unless every chunk it needs is cached. Raises ChunkGone.
-    ``zero_copy`` (the body goes to a plain TCP socket): views of the mapped chunk
-    files rather than bytes read from them."""
-    laid_out: list[bytes | list[tuple[str, int, int]]] = []
+) -> tuple[ResponsePlan, list[Piece]] | None:
+    """``plan`` and its body, its ranges read from cached chunks (each counted as a
+    hit), or None, nothing counted, unless every chunk it needs is cached. Raises
+    ChunkGone. ``zero_copy`` (the body goes to a plain TCP socket): views of the mapped
+    chunk files rather than bytes read from them. A multipart plan comes back
+    reframed if its boundary occurs in the bytes of its parts."""
+    laid_out: list[bytes | Slices] = []
     for part in plan.body:
         slices = part if isinstance(part, bytes) else _resident_slices(source, manifest, part)
         if slices is None:
             return None
         laid_out.append(slices)
+    if plan.boundary is not None:
+        plan, laid_out = _clear_boundary(source, manifest, plan, laid_out)
     read = source.view_hit if zero_copy else source.read_hit
-    body: list[bytes | memoryview] = []
+    body: list[Piece] = []
     for piece in laid_out:
         if isinstance(piece, bytes):
             body.append(piece)
         else:
             body += [read(*chunk) for chunk in piece]
-    return body
+    return plan, body
+
+
+def _clear_boundary(
+    source: HitSource, manifest: Manifest, plan: ResponsePlan, laid_out: list[bytes | Slices]
+) -> tuple[ResponsePlan, list[bytes | Slices]]:
+    """``plan`` and its layout, reframed if its parts hold its boundary. Decided from
+    each chunk's :class:`DelimiterScan` (made once, by pread: Python never reads a
+    mapped chunk, whose file may shrink under it), not by reading the parts again."""
+    if not _suspect(source, manifest, plan, laid_out):
+        return plan, laid_out
+    parts = [
+        [(_scan(source, manifest, name, part.start // manifest.chunk_size + k), lo, hi)
+         for k, (name, lo, hi) in enumerate(piece)]
+        for part, piece in zip(plan.body, laid_out, strict=True)
+        if isinstance(part, ByteRange) and not isinstance(piece, bytes)
+    ]
+    boundary = plan.boundary
+    assert boundary is not None
+    if not _holds(parts, boundary):
+        return plan, laid_out
+    while _holds(parts, boundary):
+        boundary = new_boundary()
+    plan = reframed(plan, boundary)
+    return plan, [p if isinstance(p, bytes) else slices
+                  for p, slices in zip(plan.body, laid_out, strict=True)]
+
+
+def _suspect(
+    source: HitSource, manifest: Manifest, plan: ResponsePlan, laid_out: list[bytes | Slices]
+) -> bool:
+    """Whether a part might hold a boundary: it spans chunks, or its chunk holds
+    something boundary-like. The usual batch (samples within chunks of binary data)
+    is settled by one lookup per part."""
+    for part, piece in zip(plan.body, laid_out, strict=True):
+        if isinstance(piece, bytes):
+            continue
+        if len(piece) > 1:
+            return True
+        scan = _scans.get(piece[0][0])
+        if scan is None:
+            assert isinstance(part, ByteRange)
+            scan = _scan(source, manifest, piece[0][0], part.start // manifest.chunk_size)
+        if scan.found:
+            return True
+    return False
+
+
+def _holds(parts: list[list[tuple[DelimiterScan, int, int]]], boundary: str) -> bool:
+    return any(scanned_part_holds(boundary, part) for part in parts)
+
+
+# Scans of chunks served in batches, by chunk name (a name is one version's bytes).
+_scans: dict[str, DelimiterScan] = {}
+
+
+def _scan(source: HitSource, manifest: Manifest, name: str, index: int) -> DelimiterScan:
+    scan = _scans.get(name)
+    if scan is None:
+        stop = min(manifest.chunk_size, manifest.size - index * manifest.chunk_size)
+        scan = scan_for_delimiters(source.peek(name, 0, stop))
+        if len(_scans) >= MAX_REMEMBERED_PATHS:
+            _scans.clear()
+        _scans[name] = scan
+    return scan
 
 
 def _resident_slices(

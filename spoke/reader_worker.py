@@ -114,6 +114,11 @@ class Mirror:
         return name in self.names
 
     def read_hit(self, name: str, start: int, stop: int) -> bytes:
+        data = self.peek(name, start, stop)
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return data
+
+    def peek(self, name: str, start: int, stop: int) -> bytes:
         try:
             data = self._fds.pread(name, start, stop)
         except FileNotFoundError:
@@ -122,7 +127,6 @@ class Mirror:
             self.names.discard(name)
             self._fds.discard(name)
             raise ChunkGone(name)
-        self.hits[name] = self.hits.get(name, 0) + 1
         return data
 
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:

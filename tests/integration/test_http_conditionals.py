@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 
@@ -237,3 +239,100 @@ async def test_revalidating_with_the_hub_etag_at_the_spoke_is_304(
             http, f"{spoke.url}/objects/{path}", {"If-None-Match": h_headers["ETag"]}
         )
         assert (status, body, s_headers.get("ETag")) == (304, b"", h_headers["ETag"]), path
+
+
+def http_seconds(value: str) -> int:
+    return int(parsedate_to_datetime(value).timestamp())
+
+
+async def fresh_server(which: str, hub: RunningServer, make_spoke: SpokeFactory) -> RunningServer:
+    # meta_ttl_s=0: the spoke asks the hub about the version on every read, so what
+    # it answers is the file as it is now, like the hub's answer.
+    return hub if which == "hub" else await make_spoke(meta_ttl_s=0.0)
+
+
+@pytest.mark.parametrize("which", ["hub", "spoke"])
+async def test_if_range_with_a_date_never_splices_a_rewrite_of_the_same_second(
+    which: str, hub: RunningServer, make_spoke: SpokeFactory, dataset: Dataset,
+    http: aiohttp.ClientSession,
+) -> None:
+    """#20.4: read a version, rewrite the file within that second, then ask for the rest
+    with If-Range: <its Last-Modified>. A 206 would be the new version's bytes after
+    the old one's; the answer must be the whole new version."""
+    server = await fresh_server(which, hub, make_spoke)
+    path = dataset[0] / "fresh" / "rewritten.bin"
+    path.parent.mkdir()
+    url = f"{server.url}/objects/fresh/rewritten.bin"
+    checked = 0
+    for attempt in range(20):  # each try needs the rewrite to land in the first read's second
+        old, new = os.urandom(200), os.urandom(200)
+        path.write_bytes(old)
+        written = os.stat(path).st_mtime_ns // 10**9
+        status, headers, body = await fetch(http, url)
+        assert (status, body) == (200, old)
+        path.write_bytes(new)  # in place: a real rewrite, same size
+        if not written == os.stat(path).st_mtime_ns // 10**9 == http_seconds(headers["Date"]):
+            continue  # the second turned meanwhile: not the case under test
+        asked = {"Range": "bytes=50-99", "If-Range": headers["Last-Modified"]}
+        status, answer_headers, body = await fetch(http, url, asked)
+        # A 206 of new[50:100] would follow the old[:50] the client holds.
+        assert (status, body) == (200, new), attempt
+        assert "Content-Range" not in answer_headers
+        checked += 1
+        if checked == 3:
+            return
+    pytest.fail(f"only {checked} of 20 rewrites checked")
+
+
+@pytest.mark.parametrize("which", ["hub", "spoke"])
+async def test_a_future_mtime_is_no_later_than_the_date_nor_keeps_stale_bytes(
+    which: str, hub: RunningServer, make_spoke: SpokeFactory, dataset: Dataset,
+    http: aiohttp.ClientSession,
+) -> None:
+    """#20.5: an mtime an hour ahead of the clock (skew, tar) must not make Last-Modified
+    later than Date, and revalidating with that date after the file changes must
+    get the new bytes, not a 304."""
+    server = await fresh_server(which, hub, make_spoke)
+    path = dataset[0] / "ahead.bin"
+    old = os.urandom(300)
+    path.write_bytes(old)
+    ahead = time.time() + 3600
+    os.utime(path, (ahead, ahead))
+    url = f"{server.url}/objects/ahead.bin"
+    for method in ("GET", "HEAD"):
+        status, headers, _ = await fetch(http, url, method=method)
+        assert status == 200
+        assert http_seconds(headers["Last-Modified"]) < http_seconds(headers["Date"]), method
+    sent = headers["Last-Modified"]
+    status, headers, body = await fetch(http, url, {"If-Modified-Since": sent})
+    assert (status, body) == (200, old)  # the mtime is not known to precede any date
+    new = os.urandom(300)
+    path.write_bytes(new)  # a real change, with a real (earlier) mtime
+    for since in (sent, formatdate(ahead, usegmt=True)):  # ours, and what was sent before
+        status, headers, body = await fetch(http, url, {"If-Modified-Since": since})
+        assert (status, body) == (200, new), since
+        assert http_seconds(headers["Last-Modified"]) < http_seconds(headers["Date"])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [f"{OLD_DATE}, {OLD_DATE}", f"{OLD_DATE}, garbage", "Sun, 06 Nov 1994 08:49:37 +0100",
+     "06 Nov 1994 08:49:37 GMT", f"{OLD_DATE} garbage"],
+)
+async def test_an_invalid_if_unmodified_since_is_ignored(
+    value: str, target: Target, http: aiohttp.ClientSession
+) -> None:
+    """RFC 9110 §13.1.4: not one HTTP-date, so no precondition (it would be a 412)."""
+    status, _, body = await fetch(http, target.url, {"If-Unmodified-Since": value})
+    assert (status, body) == (200, target.data), value
+
+
+async def test_an_invalid_if_modified_since_is_ignored(
+    target: Target, http: aiohttp.ClientSession
+) -> None:
+    """RFC 9110 §13.1.3: a list of dates, or a date in another zone, is no date (each
+    would be a 304)."""
+    after = target.shifted_date(60)
+    for value in (f"{after}, {after}", f"{after}, garbage", after.replace("GMT", "+0000")):
+        status, _, body = await fetch(http, target.url, {"If-Modified-Since": value})
+        assert (status, body) == (200, target.data), value

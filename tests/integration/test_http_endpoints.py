@@ -312,3 +312,41 @@ async def test_post_to_other_endpoints_is_405(
         response = await fetch(http, f"{server.url}{route}", method="POST")
         assert_problem(response, 405)
         assert "GET" in response[1]["Allow"]
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/msgpack", "*/*"])
+async def test_list_says_it_varies_with_accept(
+    server: RunningServer, http: aiohttp.ClientSession, accept: str
+) -> None:
+    """/list picks JSON or msgpack by Accept: a cache must know (RFC 9110 §12.5.5)."""
+    status, headers, _ = await fetch(http, f"{server.url}/list/ds/", {"Accept": accept})
+    assert status == 200
+    assert headers["Vary"] == "Accept"
+
+
+# Fields that differ between any two answers, or are the spoke's own.
+PER_ANSWER = {"date", "x-request-id", "x-cache"}
+
+
+async def test_hub_and_spoke_cannot_be_told_apart_but_by_x_cache(
+    hub: RunningServer, spoke: RunningServer, http: aiohttp.ClientSession
+) -> None:
+    requests: list[tuple[str, dict[str, str]]] = [
+        ("/objects/ds/small.bin", {}),
+        ("/objects/ds/small.bin", {"Range": "bytes=10-19"}),
+        ("/objects/ds/missing.bin", {}),
+        ("/objects/ds/small.bin", {"Range": "bytes=5000-"}),
+        ("/list/ds/", {}),
+        ("/list/ds/", {"Accept": "application/msgpack"}),
+        ("/list/", {"Accept": "application/json"}),
+        ("/nope", {}),
+    ]
+    for target, headers in requests:
+        for _ in range(2):  # the spoke cold, then warm
+            h_status, h_headers, h_body = await fetch(http, f"{hub.url}{target}", headers)
+            s_status, s_headers, s_body = await fetch(http, f"{spoke.url}{target}", headers)
+            assert (s_status, s_body) == (h_status, h_body), target
+            h_fields = {k.lower(): v for k, v in h_headers.items() if k.lower() not in PER_ANSWER}
+            s_fields = {k.lower(): v for k, v in s_headers.items() if k.lower() not in PER_ANSWER}
+            assert s_fields == h_fields, target
+            assert h_headers["Server"] == "hubspoke"

@@ -26,6 +26,7 @@ VALID: dict[str, Any] = {
     "digest_alg": "xxh3-128",
     "digests": D16,
     "mtime": 784111777,
+    "mtime_ns": 784111777_250_000_000,
 }
 
 
@@ -50,7 +51,7 @@ VALID_CASES: list[tuple[str, dict[str, Any]]] = [
     ("sha256", {**VALID, "digest_alg": "sha256", "digests": [b"\x02" * 32] * 3}),
     ("empty etag", {**VALID, "etag": '""'}),
     ("etag with obs-text", {**VALID, "etag": '"caf\xe9"'}),
-    ("mtime zero", {**VALID, "mtime": 0}),
+    ("mtime zero", {**VALID, "mtime": 0, "mtime_ns": 0}),
     ("unicode path", {**VALID, "path": "données/日本.bin"}),
 ]
 
@@ -67,7 +68,12 @@ def test_round_trip(name: str, fields: dict[str, Any]) -> None:
 
 
 def test_missing_mtime_defaults_to_zero() -> None:
-    assert decode_manifest(with_(mtime=_MISSING)).mtime == 0
+    assert decode_manifest(with_(mtime=_MISSING, mtime_ns=_MISSING)).mtime == 0
+
+
+def test_a_manifest_without_mtime_ns_stands_for_the_whole_second() -> None:
+    """An older hub's manifest: the version's date still decides, at second resolution."""
+    assert decode_manifest(with_(mtime_ns=_MISSING)).mtime_ns == 784111777 * 10**9
 
 
 def test_unknown_keys_are_ignored() -> None:
@@ -121,6 +127,9 @@ REJECTED: list[tuple[str, bytes, str]] = [
     ("mtime as str", with_(mtime="784111777"), "out of range"),
     ("mtime True", with_(mtime=True), "out of range"),
     ("mtime float", with_(mtime=1.5), "out of range"),
+    ("mtime_ns as str", with_(mtime_ns="784111777250000000"), "out of range"),
+    ("mtime_ns float", with_(mtime_ns=7.8e17), "out of range"),
+    ("mtime_ns of another second", with_(mtime_ns=784111778 * 10**9), "different seconds"),
     # out of range
     ("negative size", with_(size=-1), "out of range"),
     ("chunk_size zero", with_(chunk_size=0, digests=[]), "out of range"),

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from protocol.chunks import chunk_bounds, chunk_count, chunk_slices
 from protocol.conditional import (
+    NS,
     PreconditionFailed,
     evaluate_preconditions,
     http_date,
@@ -315,14 +316,15 @@ header_values = st.text(max_size=30) | st.sampled_from(
 )
 def test_preconditions_outcomes(method: str, headers: dict[str, str]) -> None:
     try:
-        status = evaluate_preconditions(method, headers, '"v1"', 784111777)
+        status = evaluate_preconditions(method, headers, '"v1"', 784111777 * NS, NOW)
     except PreconditionFailed:
         return
     assert status is None or (status == 304 and method in ("GET", "HEAD"))
-    assert if_range_holds(headers, '"v1"', 784111777) in (True, False)
+    assert if_range_holds(headers, '"v1"', 784111777 * NS, NOW) in (True, False)
 
 
 BOUNDARY = "7d4a1c9e0b2f43a8"
+NOW = 784111777 + 86400  # the Date of the answers: a day after the version
 
 
 def _parse_multipart(body: bytes, content_type: str) -> list[tuple[str, bytes]]:
@@ -350,15 +352,15 @@ def _parse_multipart(body: bytes, content_type: str) -> list[tuple[str, bytes]]:
 def test_plan_body_is_what_the_headers_say(
     obj: bytes, spec_list: list[tuple[int | None, int | None]], extra: dict[str, str]
 ) -> None:
-    rep = Representation(size=len(obj), etag='"v1"', mtime=784111777)
+    rep = Representation(size=len(obj), etag='"v1"', mtime_ns=784111777 * NS)
     headers = {**extra, "Range": "bytes=" + ",".join(_spec_text(s) for s in spec_list)}
     try:
-        plan = plan_response("GET", headers, rep, BOUNDARY)
+        plan = plan_response("GET", headers, rep, BOUNDARY, NOW)
     except (PreconditionFailed, RangeNotSatisfiable, TooManyRanges):
         return
     without_range = {k: v for k, v in headers.items() if k != "Range"}
-    assert plan_response("HEAD", headers, rep, BOUNDARY) == plan_response(
-        "GET", without_range, rep, BOUNDARY
+    assert plan_response("HEAD", headers, rep, BOUNDARY, NOW) == plan_response(
+        "GET", without_range, rep, BOUNDARY, NOW
     )
     fields = dict(plan.headers)
     assert len(fields) == len(plan.headers)
@@ -405,7 +407,7 @@ def test_digests_are_deterministic_and_sized(data: bytes) -> None:
 
 
 def test_plan_response_plan_type() -> None:
-    plan = plan_response("GET", {}, Representation(3, '"v1"', 0), BOUNDARY)
+    plan = plan_response("GET", {}, Representation(3, '"v1"', 0), BOUNDARY, NOW)
     assert plan == ResponsePlan(
         200,
         (

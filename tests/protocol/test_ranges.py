@@ -164,7 +164,9 @@ def test_too_many_ranges(name: str, header: str) -> None:
     with pytest.raises(TooManyRanges) as info:
         parse_range(header, 1000)
     assert isinstance(info.value, ProtocolError)
-    assert info.value.status_hint == 400
+    # RFC 9110 §15.5.17: an excessive request of ranges is a 416, saying the size
+    assert info.value.status_hint == 416
+    assert isinstance(info.value, RangeNotSatisfiable) and info.value.size == 1000
 
 
 def test_exactly_max_ranges_is_accepted() -> None:

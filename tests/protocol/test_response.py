@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.conditional import PreconditionFailed
+from protocol.conditional import NS, PreconditionFailed
 from protocol.errors import RangeNotSatisfiable, TooManyRanges
 from protocol.ranges import MAX_RANGES, ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
@@ -12,9 +12,10 @@ from protocol.response import Representation, ResponsePlan, plan_response
 DATA = b"0123456789"
 ETAG = '"v1"'
 MTIME = 784111777
+NOW = MTIME + 86400  # the Date of every answer: a day after the version
 DATE = "Sun, 06 Nov 1994 08:49:37 GMT"
 OTHER_DATE = "Sun, 06 Nov 1994 08:49:38 GMT"
-REP = Representation(size=len(DATA), etag=ETAG, mtime=MTIME)
+REP = Representation(size=len(DATA), etag=ETAG, mtime_ns=MTIME * NS)
 OCTET = "application/octet-stream"
 COMMON = (("Accept-Ranges", "bytes"), ("ETag", ETAG), ("Last-Modified", DATE))
 B = "BOUNDARY"
@@ -54,7 +55,7 @@ def multipart(*ranges: tuple[int, int], length: int) -> ResponsePlan:
         ("Content-Type", "multipart/byteranges; boundary=BOUNDARY"),
         ("Content-Length", str(length)),
     )
-    return ResponsePlan(206, headers, tuple(body))
+    return ResponsePlan(206, headers, tuple(body), "BOUNDARY")
 
 
 # (name, headers, plan) for GET; HEAD plans like a GET without Range (RFC 9110 §14.2).
@@ -122,10 +123,10 @@ SIMPLE_CASES: list[tuple[str, dict[str, str], ResponsePlan]] = [
     ("name", "headers", "expected"), SIMPLE_CASES, ids=[c[0] for c in SIMPLE_CASES]
 )
 def test_plan(method: str, name: str, headers: dict[str, str], expected: ResponsePlan) -> None:
-    plan = plan_response(method, headers, REP, B)
+    plan = plan_response(method, headers, REP, B, NOW)
     if method == "HEAD":
         without_range = {k: v for k, v in headers.items() if k != "Range"}
-        expected = plan_response("GET", without_range, REP, B)
+        expected = plan_response("GET", without_range, REP, B, NOW)
     assert plan == expected
     announced = dict(plan.headers).get("Content-Length")
     if plan.status != 304:
@@ -137,7 +138,7 @@ def render(plan: ResponsePlan, data: bytes = DATA) -> bytes:
 
 
 def test_multipart_body_exact_bytes() -> None:
-    plan = plan_response("GET", {"Range": "bytes=0-1,4-5"}, REP, B)
+    plan = plan_response("GET", {"Range": "bytes=0-1,4-5"}, REP, B, NOW)
     body = render(plan)
     assert body == (
         b"--BOUNDARY\r\nContent-Type: application/octet-stream\r\n"
@@ -152,8 +153,8 @@ def test_multipart_body_exact_bytes() -> None:
 
 
 def test_multipart_uses_the_representation_content_type() -> None:
-    rep = Representation(size=10, etag=ETAG, mtime=MTIME, content_type="text/plain")
-    plan = plan_response("GET", {"Range": "bytes=0-0,9-9"}, rep, "b")
+    rep = Representation(size=10, etag=ETAG, mtime_ns=MTIME * NS, content_type="text/plain")
+    plan = plan_response("GET", {"Range": "bytes=0-0,9-9"}, rep, "b", NOW)
     body = render(plan)
     assert body == (
         b"--b\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-0/10\r\n\r\n0"
@@ -169,16 +170,16 @@ def test_multipart_uses_the_representation_content_type() -> None:
     [({}, whole(content_type="text/plain")), ({"Range": "bytes=1-2"}, partial(1, 3, "text/plain"))],
 )
 def test_content_type_is_announced(headers: dict[str, str], expected: ResponsePlan) -> None:
-    rep = Representation(size=10, etag=ETAG, mtime=MTIME, content_type="text/plain")
-    assert plan_response("GET", headers, rep, B) == expected
+    rep = Representation(size=10, etag=ETAG, mtime_ns=MTIME * NS, content_type="text/plain")
+    assert plan_response("GET", headers, rep, B, NOW) == expected
 
 
-EMPTY = Representation(size=0, etag=ETAG, mtime=MTIME)
+EMPTY = Representation(size=0, etag=ETAG, mtime_ns=MTIME * NS)
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
 def test_empty_object_whole(method: str) -> None:
-    plan = plan_response(method, {}, EMPTY, B)
+    plan = plan_response(method, {}, EMPTY, B, NOW)
     assert plan == whole(size=0)
     assert plan.content_length == 0
     assert plan.ranges == []
@@ -200,20 +201,20 @@ UNSATISFIABLE_CASES: list[tuple[Representation, str]] = [
 @pytest.mark.parametrize(("rep", "header"), UNSATISFIABLE_CASES)
 def test_unsatisfiable(rep: Representation, header: str) -> None:
     with pytest.raises(RangeNotSatisfiable) as info:
-        plan_response("GET", {"Range": header}, rep, B)
+        plan_response("GET", {"Range": header}, rep, B, NOW)
     assert info.value.size == rep.size
     assert info.value.status_hint == 416
 
 
 @pytest.mark.parametrize(("rep", "header"), UNSATISFIABLE_CASES)
 def test_head_ignores_range(rep: Representation, header: str) -> None:
-    plan = plan_response("HEAD", {"Range": header}, rep, B)
+    plan = plan_response("HEAD", {"Range": header}, rep, B, NOW)
     assert plan.status == 200
     assert dict(plan.headers)["Content-Length"] == str(rep.size)
 
 
 def test_empty_object_unparseable_range_is_whole() -> None:
-    assert plan_response("GET", {"Range": "bytes=5-4"}, EMPTY, B) == whole(size=0)
+    assert plan_response("GET", {"Range": "bytes=5-4"}, EMPTY, B, NOW) == whole(size=0)
 
 
 @pytest.mark.parametrize(
@@ -227,20 +228,55 @@ def test_empty_object_unparseable_range_is_whole() -> None:
 )
 def test_precondition_failed(headers: dict[str, str]) -> None:
     with pytest.raises(PreconditionFailed):
-        plan_response("GET", headers, REP, B)
+        plan_response("GET", headers, REP, B, NOW)
 
 
 def test_too_many_ranges() -> None:
     header = "bytes=" + ",".join(["0-0"] * (MAX_RANGES + 1))
-    with pytest.raises(TooManyRanges):
-        plan_response("GET", {"Range": header}, REP, B)
+    with pytest.raises(TooManyRanges) as info:
+        plan_response("GET", {"Range": header}, REP, B, NOW)
+    # RFC 9110 §15.5.17: 416, and the size for its Content-Range
+    assert isinstance(info.value, RangeNotSatisfiable)
+    assert (info.value.status_hint, info.value.size) == (416, len(DATA))
+
+
+def test_last_modified_never_follows_the_date() -> None:
+    ahead = Representation(size=len(DATA), etag=ETAG, mtime_ns=(MTIME + 3600) * NS)
+    plan = plan_response("GET", {}, ahead, B, MTIME + 1)
+    assert dict(plan.headers)["Last-Modified"] == DATE  # a second before the Date
+    assert plan_response("GET", {}, REP, B, MTIME + 1) == whole()
+
+
+@pytest.mark.parametrize(
+    ("mtime_ns", "now", "status"),
+    [
+        (MTIME * NS, MTIME + 1, 206),  # a second old: the date is a strong validator
+        (MTIME * NS + 1, MTIME + 1, 200),  # rewritable within the same second: weak
+        (MTIME * NS, MTIME, 200),
+        ((MTIME + 3600) * NS, MTIME, 200),  # ahead of the clock
+    ],
+)
+def test_if_range_date_only_validates_a_version_a_second_old(
+    mtime_ns: int, now: int, status: int
+) -> None:
+    rep = Representation(size=len(DATA), etag=ETAG, mtime_ns=mtime_ns)
+    plan = plan_response("GET", {"Range": "bytes=2-3", "If-Range": DATE}, rep, B, now)
+    assert plan.status == status
+
+
+def test_if_modified_since_of_a_capped_date_is_not_a_304() -> None:
+    """Last-Modified was capped, as the mtime was ahead: that date vouches for nothing."""
+    ahead = Representation(size=len(DATA), etag=ETAG, mtime_ns=(MTIME + 3600) * NS)
+    sent = dict(plan_response("GET", {}, ahead, B, MTIME).headers)["Last-Modified"]
+    for now in (MTIME, MTIME + 1, MTIME + 2, MTIME + 7200):
+        assert plan_response("GET", {"If-Modified-Since": sent}, ahead, B, now).status == 200
 
 
 def test_max_ranges_multipart_length_matches_body() -> None:
     data = bytes(range(256)) * 4
-    rep = Representation(size=len(data), etag=ETAG, mtime=MTIME)
+    rep = Representation(size=len(data), etag=ETAG, mtime_ns=MTIME * NS)
     header = "bytes=" + ",".join(f"{4 * i}-{4 * i + 1}" for i in range(MAX_RANGES))
-    plan = plan_response("GET", {"Range": header}, rep, B)
+    plan = plan_response("GET", {"Range": header}, rep, B, NOW)
     assert plan.status == 206
     assert plan.ranges == [ByteRange(4 * i, 4 * i + 2) for i in range(MAX_RANGES)]
     body = render(plan, data)
@@ -251,10 +287,21 @@ def test_max_ranges_multipart_length_matches_body() -> None:
 
 def test_overlapping_many_ranges_merge_to_whole() -> None:
     header = "bytes=" + ",".join(f"{i}-{i + 1}" for i in range(9))
-    assert plan_response("GET", {"Range": header}, REP, B) == partial(0, 10)
+    assert plan_response("GET", {"Range": header}, REP, B, NOW) == partial(0, 10)
 
 
 def test_response_plan_properties() -> None:
     plan = ResponsePlan(206, (), (b"ab", ByteRange(3, 7), b"c", ByteRange(0, 1)))
     assert plan.content_length == 8
     assert plan.ranges == [ByteRange(3, 7), ByteRange(0, 1)]
+
+
+def test_a_date_sent_in_its_own_second_never_validates_a_rewrite_of_that_second() -> None:
+    v1 = Representation(size=len(DATA), etag=ETAG, mtime_ns=MTIME * NS + 300_000_000)
+    sent = dict(plan_response("GET", {}, v1, B, MTIME).headers)["Last-Modified"]
+    v2 = Representation(size=len(DATA), etag='"v2"', mtime_ns=MTIME * NS + 800_000_000)
+    for now in (MTIME, MTIME + 1, MTIME + 60):
+        revalidated = plan_response("GET", {"If-Modified-Since": sent}, v2, B, now)
+        assert revalidated.status == 200
+        ranged = plan_response("GET", {"Range": "bytes=2-3", "If-Range": sent}, v2, B, now)
+        assert ranged.status == 200
