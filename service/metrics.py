@@ -9,7 +9,7 @@ several servers can live in one process (tests do that).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -92,14 +92,30 @@ class Series:
     labels: tuple[tuple[str, str], ...] = ()  # constant labels (an info-style gauge)
 
 
+@dataclass(frozen=True, slots=True)
+class CounterSeries:
+    """A counter per value of ``label`` (low cardinality only), read as one mapping."""
+
+    name: str
+    help: str
+    label: str
+    read: Callable[[], Mapping[str, float]]
+
+
+AnySeries = Series | HistogramSeries | CounterSeries
+
+
 class SeriesCollector(Collector):
-    def __init__(self, series: Sequence[Series | HistogramSeries]) -> None:
+    def __init__(self, series: Sequence[AnySeries]) -> None:
         self._series = series
 
     def collect(self) -> Iterator[Metric]:
         for s in self._series:
             if isinstance(s, HistogramSeries):
                 yield _histogram_family(s)
+                continue
+            if isinstance(s, CounterSeries):
+                yield _counter_family(s)
                 continue
             if s.kind == "counter":
                 # prometheus_client appends _total itself; keep the contract's names.
@@ -112,6 +128,13 @@ class SeriesCollector(Collector):
                 yield GaugeMetricFamily(s.name, s.help, value=s.read())
 
 
+def _counter_family(s: CounterSeries) -> CounterMetricFamily:
+    family = CounterMetricFamily(s.name.removesuffix("_total"), s.help, labels=[s.label])
+    for value, count in s.read().items():
+        family.add_metric([value], count)
+    return family
+
+
 def _histogram_family(s: HistogramSeries) -> HistogramMetricFamily:
     if s.histogram is not None:
         h = s.histogram
@@ -122,7 +145,7 @@ def _histogram_family(s: HistogramSeries) -> HistogramMetricFamily:
     return family
 
 
-def make_registry(series: Sequence[Series | HistogramSeries]) -> CollectorRegistry:
+def make_registry(series: Sequence[AnySeries]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(SeriesCollector(series))
     return registry

@@ -28,7 +28,7 @@ from spoke.policy import make_policy
 from spoke.readahead import SequentialReadahead
 from spoke.readers import READERS, ReaderPool
 from spoke.resilience import CircuitBreaker, RetryPolicy
-from spoke.scrub import scrub
+from spoke.scrub import BackgroundScrub, scrub
 from spoke.stats import SpokeStats, read_latency_histograms, stats_series
 from spoke.store import ChunkStore
 from spoke.warm import WarmJobs
@@ -118,9 +118,15 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
         [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke"),
          *limits.app_series(app, "spoke")]
     )
+    scrubbing = None
+    if config.scrub_rate_bytes_s:
+        scrubbing = asyncio.create_task(
+            BackgroundScrub(cache, config.scrub_rate_bytes_s).run_forever())
     try:
         yield
     finally:
+        if scrubbing is not None:
+            scrubbing.cancel()
         await readahead.close()
         await plans.close()
         await warm.close()
