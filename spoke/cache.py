@@ -479,14 +479,14 @@ class ChunkCache:
 
     def drop_bad(self, name: str, cause: str) -> None:
         """Chunk ``name``'s file is not its bytes (``cause``: see
-        :data:`spoke.store.CORRUPT_CAUSES`): counted, and, if it is resident, forgotten,
-        its file deleted and its row removed. The next read fetches it again."""
-        self.stats.corrupt_chunks[cause] += 1
+        :data:`spoke.store.CORRUPT_CAUSES`): if it is resident, counted, forgotten, its
+        file deleted and its row removed. The next read fetches it again."""
         resident = self._resident.get(name)
-        logger.warning("chunk %s of %s is corrupt on disk (%s); dropping it", name,
-                       "?" if resident is None else resident.path, cause)
         if resident is None:
-            return
+            return  # dropped already (found by another read, or by a reader worker)
+        self.stats.corrupt_chunks[cause] += 1
+        logger.warning("chunk %s of %s is corrupt on disk (%s); dropping it", name,
+                       resident.path, cause)
         self._forget(name)
         # Now, not queued: a fetch of it again must not have its new file deleted.
         self.store.delete(name)

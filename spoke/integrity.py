@@ -10,12 +10,15 @@ serves a chunk's file only once it has checked it itself:
   regular file owned by this user, of the chunk's size;
 - its digest (the manifest's, kept with the chunk) checked over the whole file, the
   first time this process serves it, and again whenever the file's identity (inode,
-  size, modification time) differs from the one last verified.
+  size, modification and change times) differs from the one last verified. The
+  change time moves with any write, chown or chmod, and cannot be set back the way
+  ``utime`` sets the modification time back.
 
 The verified identity is remembered per chunk, so the warm path pays one ``fstat``
 per read and a chunk's hash once per process, not per read. A change that keeps
-the identity (a byte rewritten and the mtime set back) is not seen here; the
-background scrub (:mod:`spoke.scrub`) re-hashes every chunk over time for that.
+the identity (a rewrite within one tick of the filesystem's clock, or with the
+system clock set back) is not seen here; the background scrub (:mod:`spoke.scrub`)
+re-hashes every chunk over time for that.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 # fell out is hashed again at its next open.
 MAX_REMEMBERED = 1 << 20
 
-Identity = tuple[int, int, int]  # st_ino, st_size, st_mtime_ns
+Identity = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_ns
 
 
 class Expected(NamedTuple):
@@ -47,7 +50,7 @@ class Expected(NamedTuple):
 
 
 def identity_of(st: os.stat_result) -> Identity:
-    return st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def shape_fault(st: os.stat_result, expected: Expected) -> str | None:

@@ -113,7 +113,7 @@ class ChunkStore:
 
     def write(self, name: str, data: bytes | bytearray | memoryview) -> os.stat_result:
         """Store ``data`` as chunk ``name``, atomically (temp file, fsync, rename); the
-        file's ``fstat`` (its identity: :func:`spoke.integrity.identity_of`)."""
+        published file's ``stat`` (its identity: :func:`spoke.integrity.identity_of`)."""
         tmp = os.path.join(self._tmp, f"{name}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = self._create(tmp)
         try:
@@ -129,12 +129,11 @@ class ChunkStore:
             os.close(fd)
             os.unlink(tmp)
             raise
-        written = os.fstat(fd)
         os.close(fd)
         final = self.path_of(name)
         os.makedirs(os.path.dirname(final), exist_ok=True)
-        os.rename(tmp, final)  # keeps the inode and the mtime: the identity stands
-        return written
+        os.rename(tmp, final)
+        return os.stat(final, follow_symlinks=False)  # after the rename: it sets the ctime
 
     def _create(self, tmp: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from protocol.digests import digest
 from protocol.manifest import Manifest
 from protocol.response import plan_response
 from spoke.cache import ChunkGone
-from protocol.digests import digest
 from spoke.fds import OpenChunks
 from spoke.integrity import ChunkChecker, Expected
 from spoke.keys import chunk_name, manifest_version
