@@ -84,7 +84,12 @@ class BackgroundScrub:
     async def run_forever(self) -> None:
         try:
             while True:
-                for name, expected in self.cache.expectations():
+                try:
+                    chunks = self.cache.expectations()
+                except Exception as exc:  # the scrub outlives its errors, whatever they are
+                    await self._failed("listing the chunks", exc)
+                    chunks = []
+                for name, expected in chunks:
                     await self._step(name, expected)
                 await asyncio.sleep(PASS_PAUSE_S)
         finally:
@@ -92,20 +97,24 @@ class BackgroundScrub:
 
     async def _step(self, name: str, expected: Expected) -> None:
         """Check one chunk (if it is still resident as it was), then wait its share."""
-        if self.cache.expected(name) != expected:
-            return  # dropped since the pass began
         try:
+            if self.cache.expected(name) != expected:
+                return  # dropped since the pass began
             await self._check(name, expected)
-        except Exception as exc:  # the scrub outlives its errors, whatever they are
-            self.cache.stats.scrub_errors += 1
-            now = time.monotonic()
-            if now - self._logged_at >= ERROR_LOG_INTERVAL_S:
-                self._logged_at = now
-                logger.warning("background scrub: checking chunk %s failed: %r "
-                               "(%d errors so far)", name, exc, self.cache.stats.scrub_errors)
-            await asyncio.sleep(ERROR_PAUSE_S)
+        except Exception as exc:
+            await self._failed(f"checking chunk {name}", exc)
             return
         await asyncio.sleep(expected.size / self.rate_bytes_s)
+
+    async def _failed(self, doing: str, exc: Exception) -> None:
+        """Count an error, log it (at most once a minute), and pause."""
+        self.cache.stats.scrub_errors += 1
+        now = time.monotonic()
+        if now - self._logged_at >= ERROR_LOG_INTERVAL_S:
+            self._logged_at = now
+            logger.warning("background scrub: %s failed: %r (%d errors so far)", doing, exc,
+                           self.cache.stats.scrub_errors)
+        await asyncio.sleep(ERROR_PAUSE_S)
 
     async def _check(self, name: str, expected: Expected) -> None:
         stats = self.cache.stats
