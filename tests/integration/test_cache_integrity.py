@@ -235,6 +235,7 @@ async def test_the_background_scrub_finds_rot_no_read_looked_at(
     cache_dir = Path(spokes.config.cache_dir)
     spoke = await spokes.start(scrub_rate_bytes_s=64 << 20)
     assert (await read(http, f"{spoke.url}/objects/{path}"))[2] == data
+    assert (await spoke_stats(http, spoke.url))["used_bytes"] == len(data)  # all stored
     rotten = chunk_file_of(cache_dir, 2)
     flip_bytes(rotten, 1000)  # and nothing reads it
 
