@@ -977,11 +977,11 @@ class ChunkCache:
             error = file_error if file_error is not None else row_error
             assert isinstance(error, BaseException)
             raise error
-        assert isinstance(written, os.stat_result)
         self._resident.add(key.name, Resident(len(data), key.path, tenant, now,
                                               manifest.digest_alg, manifest.digests[key.index]))
-        # These bytes were verified on their way in: the file needs no hash to be served.
-        self.checker.remember(key.name, identity_of(written))
+        if isinstance(written, os.stat_result):
+            # These bytes were verified on their way in: the file needs no hash to be served.
+            self.checker.remember(key.name, identity_of(written))
         self._track(key.name, key.path, len(data))
         if self.watcher is not None:
             self.watcher.chunk_added(key.name)
