@@ -24,9 +24,10 @@ class ErrorCounts:
 
     def __init__(
         self, what: str, kinds: Iterable[str], logger: logging.Logger,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, level: int = logging.ERROR,
     ) -> None:
         self.what = what  # says what failed in the log line: "background task", ...
+        self.level = level
         # Every known kind from the start: /metrics shows a 0 before the first error.
         self.counts: dict[str, int] = dict.fromkeys(kinds, 0)
         self._logger = logger
@@ -44,8 +45,8 @@ class ErrorCounts:
             return
         self._logged_at[kind] = now
         quiet = self._unlogged.pop(kind, 0)
-        self._logger.error(
-            "%s %s failed: %s%s", self.what, kind, exc or type(exc).__name__,
+        self._logger.log(
+            self.level, "%s %s failed: %s%s", self.what, kind, exc or type(exc).__name__,
             f" ({quiet} more since the last report)" if quiet else "",
             # The first one's traceback shows where; the rest would only repeat it.
             exc_info=exc if last is None else None,

@@ -27,7 +27,7 @@ from spoke.policy import make_policy
 from spoke.readahead import SequentialReadahead
 from spoke.readers import READERS, ReaderPool
 from spoke.resilience import CircuitBreaker, RetryPolicy
-from spoke.scrub import open_index, scrub
+from spoke.scrub import BackgroundScrub, open_index, scrub
 from spoke.stats import SpokeStats, read_latency_histograms, stats_series
 from spoke.store import ChunkStore
 from spoke.warm import WarmJobs
@@ -120,9 +120,15 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
          *limits.app_series(app, "spoke"),
          *front.app_series(app, "spoke")]
     )
+    scrubbing = None
+    if config.scrub_rate_bytes_s:
+        scrubbing = asyncio.create_task(
+            BackgroundScrub(cache, config.scrub_rate_bytes_s).run_forever())
     try:
         yield
     finally:
+        if scrubbing is not None:
+            scrubbing.cancel()
         await readahead.close()
         await plans.close()
         await warm.close()

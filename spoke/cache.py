@@ -41,6 +41,7 @@ from spoke.fds import OpenChunks
 from spoke.flight import BufferPool, Filling, SingleFlight
 from spoke.hub_client import HeadCheck, HubClient
 from spoke.index import ChunkIndex, ChunkRow
+from spoke.integrity import ChunkChecker, Expected, identity_of, verify_stored
 from spoke.keys import ChunkKey, chunk_name, manifest_version
 from spoke.policy import EvictionPolicy
 from spoke.resident import Resident, ResidentSet, covers
@@ -53,7 +54,7 @@ from spoke.resilience import (
 )
 from spoke.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.stats import SpokeStats
-from spoke.store import ChunkStore
+from spoke.store import BadChunkFile, ChunkStore
 from spoke.ttlmap import TTLMap
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ _ACCESS_FLUSH_INTERVAL_S = 5.0
 _EXPIRY_INTERVAL_S = 5.0
 # The cache's long-lived tasks, and the writes a refusing disk (full, read-only) may
 # fail while the spoke serves on without them: each counted in /metrics by name.
-BACKGROUND_TASKS = ("access-times", "expiry", "reader-pool")
+BACKGROUND_TASKS = ("access-times", "expiry", "reader-pool", "scrub")
 DISK_WRITES = ("chunk", "manifest", "removal")
 # Reads up to this size of cached chunks are a pread on the event loop: chunks were
 # written here recently, so the page cache usually holds them and a pread is a
@@ -193,10 +194,14 @@ class ChunkCache:
         # service.threads); as many threads as asyncio's default pool would give.
         self._writers = background_pool(min(32, (os.cpu_count() or 1) + 4), "spoke-store")
         self._accesses: dict[str, float] = {}
-        self._fds = OpenChunks(self.store.open)
+        # Chunk files are checked (and hashed once) before this process serves them.
+        self.checker = ChunkChecker(self.store, self.expected, self.stats)
+        self._fds = OpenChunks(self.checker)
         self._housekeeping: list[asyncio.Task[None]] = []
         self.background_errors = ErrorCounts("background task", BACKGROUND_TASKS, logger)
-        self.disk_errors = ErrorCounts("disk write of a", DISK_WRITES, logger)
+        # A refused write costs caching, never an answer: a warning, not an error.
+        self.disk_errors = ErrorCounts("disk write of a", DISK_WRITES, logger,
+                                       level=logging.WARNING)
         # Manifests the index refused (a full disk): saved again when next fetched.
         self._unsaved_manifests: set[str] = set()
         self._sizing: asyncio.Task[None] | None = None
@@ -219,7 +224,8 @@ class ChunkCache:
         keep, over = self._newest_within_capacity(present)
         stale += [r.name for r in over]  # the capacity was lowered since the last run
         for row in keep:  # least recently used first, so the policy order survives
-            self._resident.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at))
+            self._resident.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at,
+                                                  row.digest_alg, row.digest))
             self._track(row.name, row.path, row.size)
         await self._write_index("removal", self._drop_files, stale + orphans, stale)
         await self._in_db(self._drop_stray, stray)
@@ -486,18 +492,82 @@ class ChunkCache:
 
     def _file_hit(self, name: str, get: Callable[..., T], *args: Any) -> T:
         """``get(*args)`` on resident chunk ``name``'s file, counted as a loader's hit;
-        ChunkGone, the chunk forgotten, when ``get`` finds the file gone or torn."""
+        ChunkGone, the chunk forgotten, when ``get`` finds the file gone, torn or bad."""
         try:
             got = get(*args)
-        except FileNotFoundError:
-            self._forget(name)
-            raise ChunkGone(name) from None
+        except FileNotFoundError as exc:
+            raise self._unusable(name, exc) from None
         self._count_hit(name)
         return got
 
     def forget(self, name: str) -> None:
         """Chunk ``name``'s file turned out unusable: the next read fetches it again."""
         self._forget(name)
+
+    def _unusable(self, name: str, exc: FileNotFoundError) -> ChunkGone:
+        """Chunk ``name``'s file was found gone, torn (``exc``) or bad: forgotten, and a
+        bad one dropped for good; the ChunkGone to raise (the read fetches it again)."""
+        if isinstance(exc, BadChunkFile):
+            self.drop_bad(name, exc.cause)
+        else:
+            self._forget(name)
+        return ChunkGone(name)
+
+    def expected(self, name: str) -> Expected | None:
+        """What resident chunk ``name``'s file must hold; None if it is not resident."""
+        resident = self._resident.get(name)
+        if resident is None:
+            return None
+        return Expected(resident.size, resident.digest_alg, resident.digest)
+
+    def expectations(self) -> list[tuple[str, Expected]]:
+        """Every resident chunk's name and what its file must hold."""
+        return [(name, Expected(r.size, r.digest_alg, r.digest))
+                for name, r in self._resident.items()]
+
+    def drop_bad(self, name: str, cause: str) -> None:
+        """Chunk ``name``'s file is not its bytes (``cause``: see
+        :data:`spoke.store.CORRUPT_CAUSES`): if it is resident, counted, forgotten, its
+        file deleted and its row removed. The next read fetches it again."""
+        resident = self._resident.get(name)
+        if resident is None:
+            return  # dropped already (found by another read, or by a reader worker)
+        self.stats.corrupt_chunks[cause] += 1
+        logger.warning("chunk %s of %s is corrupt on disk (%s); dropping it", name,
+                       resident.path, cause)
+        self._forget(name)
+        try:
+            # Now, not queued: a fetch of it again must not have its new file deleted.
+            self.store.delete(name)
+        except OSError as exc:  # left for start-up's reconcile; never served again here
+            self.disk_errors.record("removal", exc)
+        # Queued before any new row of it can be (one thread, in order).
+        removal = asyncio.get_running_loop().run_in_executor(self._db, self.index.remove, [name])
+        removal.add_done_callback(self._removal_done)
+
+    def _removal_done(self, removal: asyncio.Future[None]) -> None:
+        error = None if removal.cancelled() else removal.exception()
+        if error is not None:
+            self.disk_errors.record("removal", error)
+
+    async def recheck(self, name: str) -> None:
+        """Hash resident chunk ``name``'s file again now (a reader worker found it bad):
+        dropped if it is bad, else told to the readers again."""
+        expected = self.expected(name)
+        if expected is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, verify_stored, self.store, name, expected)
+        except BadChunkFile as exc:
+            if self.expected(name) == expected:
+                self.drop_bad(name, exc.cause)
+            return
+        except FileNotFoundError:
+            self._forget(name)
+            return
+        if self.watcher is not None and name in self._resident:
+            self.watcher.chunk_added(name)  # a reader that let it go may serve it again
 
     def _count_hit(self, name: str) -> None:
         self._count_local_read(name)
@@ -523,10 +593,9 @@ class ChunkCache:
         """
         name = ChunkKey.of(manifest, index).name
         try:
-            return self.store.open_holding(name, need_bytes)
-        except FileNotFoundError:
-            self._forget(name)
-            raise ChunkGone(name) from None
+            return os.dup(self._fds.fd(name, need_bytes))
+        except FileNotFoundError as exc:
+            raise self._unusable(name, exc) from None
 
     def read_now(self, chunk: Chunk, start: int, stop: int) -> bytes:
         """:meth:`read` without the event-loop hop, for small reads of cached chunks."""
@@ -537,8 +606,8 @@ class ChunkCache:
     def _pread(self, name: str, start: int, stop: int) -> bytes:
         try:
             data = self._fds.pread(name, start, stop)
-        except FileNotFoundError:
-            data = b""
+        except FileNotFoundError as exc:
+            raise self._unusable(name, exc) from None
         if len(data) != stop - start:
             self._forget(name)
             raise ChunkGone(name)
@@ -719,12 +788,15 @@ class ChunkCache:
         """Bytes ``[start, stop)`` of ``chunk``; raises :class:`ChunkGone` if its file vanished."""
         if chunk.data is not None or stop - start <= INLINE_READ_BYTES:
             return self.read_now(chunk, start, stop)
+        name = chunk.key.name
         try:
-            loop = asyncio.get_running_loop()
-            data = await loop.run_in_executor(None, self.store.read, chunk.key.name, start, stop)
-        except FileNotFoundError:
-            self._forget(chunk.key.name)
-            raise ChunkGone(chunk.key.name) from None
+            # Checked here; read on a thread, from a descriptor of its own (the open
+            # chunks' may be closed meanwhile).
+            fd = os.dup(self._fds.fd(name, stop))
+        except FileNotFoundError as exc:
+            raise self._unusable(name, exc) from None
+        loop = asyncio.get_running_loop()
+        data = await loop.run_in_executor(None, _pread_closing, fd, start, stop)
         if len(data) != stop - start:
             self._forget(chunk.key.name)
             raise ChunkGone(chunk.key.name)
@@ -742,10 +814,14 @@ class ChunkCache:
             # Filled by a flight that ended after our lookup (with a head start, its
             # bytes are on their way into this fill already: they are used instead).
             if name in self._resident and head_start is None:
-                loop = asyncio.get_running_loop()
-                fill.feed(await loop.run_in_executor(None, self.store.read, name))
-                fill.finish()
-                return
+                try:
+                    data = await self.read(Chunk(key, None, True), 0, fill.length)
+                except ChunkGone:
+                    pass  # bad or gone since: fetched after all
+                else:
+                    fill.feed(data)
+                    fill.finish()
+                    return
             # Fetch and verify before making room: a fill that fails (hub down) must not
             # have evicted anything, and a fetch waiting on the WAN holds no reservation.
             # (Found by the soak: outages used to cost cached chunks.)
@@ -909,6 +985,7 @@ class ChunkCache:
     def _drop(self, name: str) -> Resident | None:
         """Forget a chunk as resident (its file is deleted by the caller)."""
         self._fds.discard(name)
+        self.checker.forget(name)
         self._pinned_bytes -= self._pinned.pop(name, 0)
         if self.watcher is not None:
             self.watcher.chunk_gone(name)
@@ -946,9 +1023,10 @@ class ChunkCache:
         now = time.time()
         row = ChunkRow(key.name, key.path, key.etag, len(data), manifest.digest_alg,
                        manifest.digests[key.index], now, now, tenant)
-        written = loop.run_in_executor(self._writers, self.store.write, key.name, memoryview(data))
+        writing = loop.run_in_executor(self._writers, self.store.write, key.name, memoryview(data))
         indexed = loop.run_in_executor(self._db, self.index.add, row)
-        file_error, row_error = await asyncio.gather(written, indexed, return_exceptions=True)
+        written, row_error = await asyncio.gather(writing, indexed, return_exceptions=True)
+        file_error = written if isinstance(written, BaseException) else None
         if file_error is not None or row_error is not None:
             if row_error is None:
                 await self._write_index("removal", self.index.remove, [key.name])
@@ -957,7 +1035,11 @@ class ChunkCache:
             error = file_error if file_error is not None else row_error
             assert isinstance(error, BaseException)
             raise error
-        self._resident.add(key.name, Resident(len(data), key.path, tenant, now))
+        self._resident.add(key.name, Resident(len(data), key.path, tenant, now,
+                                              manifest.digest_alg, manifest.digests[key.index]))
+        if isinstance(written, os.stat_result):
+            # These bytes were verified on their way in: the file needs no hash to be served.
+            self.checker.remember(key.name, identity_of(written))
         self._track(key.name, key.path, len(data))
         if self.watcher is not None:
             self.watcher.chunk_added(key.name)
@@ -1040,6 +1122,13 @@ class ChunkCache:
         except BaseException:
             self._accesses = {**batch, **self._accesses}  # reads meanwhile are newer
             raise
+
+
+def _pread_closing(fd: int, start: int, stop: int) -> bytes:
+    try:
+        return os.pread(fd, stop - start, start)
+    finally:
+        os.close(fd)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

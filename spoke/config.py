@@ -31,6 +31,12 @@ POLICIES = ("arc", "lru", "s3fifo", "wtinylfu")
 # processes 22.5k req/s, 3 23.2k, 4 25.5k, 6 23.6k, 8 22.6k; nginx there is best
 # with its one per core (4 workers: 0.95x).
 WORKERS_PER_CORE = 2
+# The background scrub's pace (--scrub-rate). At 4 MiB chunks, one chunk every 250 ms:
+# a niced thread's read and hash of it are a fraction of a percent of one core, the
+# disk reads are a few percent of an SSD's (pages read once stay on the kernel's
+# inactive list: they do not push the loaders' hot chunks out of the page cache),
+# and a 1 TB cache is checked in full about once a day.
+DEFAULT_SCRUB_RATE = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class SpokeConfig:
     breaker_threshold: int = 5
     breaker_reset_s: float = 1.0
     verify_on_start: bool = False
+    scrub_rate_bytes_s: int = DEFAULT_SCRUB_RATE
     plan_window_bytes: int = 256 << 20
     sequential_readahead_chunks: int = 8
     max_age_s: float = 0.0
@@ -122,6 +129,9 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
              help="most of the capacity pinned prefixes may hold")
     add_flag(p, "--verify-on-start", env=env, default=False, action="store_true",
              help="check every cached chunk's digest at start-up and drop bad ones")
+    add_flag(p, "--scrub-rate", env=env, default="16MiB", type=size_arg,
+             help="bytes per second the background scrub re-hashes cached chunks at, "
+                  "dropping bad ones (e.g. 64MiB; 0 = off)")
     add_logging_flags(p, env)
     add_auth_flags(p, env)
     add_flag(p, "--hub-token-file", env=env,
@@ -198,6 +208,7 @@ def config_from_args(args: argparse.Namespace) -> SpokeConfig:
         breaker_threshold=int(args.breaker_threshold),
         breaker_reset_s=float(args.breaker_reset),
         verify_on_start=_flag(args.verify_on_start),
+        scrub_rate_bytes_s=int(args.scrub_rate),
         plan_window_bytes=int(args.plan_window),
         sequential_readahead_chunks=max(0, int(args.seq_readahead)),
         max_age_s=float(args.max_age),

@@ -13,8 +13,11 @@ page cache to the socket in one copy, the kernel's, not two (``pread`` into a ne
 went from 38.0k to 49.5k samples/s. The views are only ever handed to a plain TCP
 transport, so only the kernel reads the mapped bytes: a file that shrank under
 the map, or a disk error, fails that write (EFAULT, the connection is cut) where
-Python touching such a page would be killed by SIGBUS. Chunk files are never
-rewritten in place, so a view always holds the bytes that were verified. A map
+Python touching such a page would be killed by SIGBUS. Every use of an open chunk
+checks its file again (:meth:`spoke.integrity.ChunkChecker.recheck`: an ``fstat``,
+and the digest again if the file changed), so a file cut short or rewritten under
+its map is dropped before another view of it is handed out; only views already
+queued on a socket when it changed can still fail their write. A map
 keeps its own duplicate of the descriptor, so a mapped chunk holds two (servers
 lift their open files limit at start: :func:`service.runner.raise_open_file_limit`).
 """
@@ -24,21 +27,23 @@ from __future__ import annotations
 import mmap
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+
+from spoke.integrity import ChunkChecker, Identity
 
 
 class _Open:
-    __slots__ = ("fd", "mapped", "size")
+    __slots__ = ("fd", "identity", "mapped", "size")
 
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, fd: int, identity: Identity) -> None:
         self.fd = fd
-        self.size = size
+        self.identity = identity
+        self.size = identity[1]
         self.mapped: memoryview | None = None
 
 
 class OpenChunks:
-    def __init__(self, opener: Callable[[str], int], max_open: int = 256) -> None:
-        self._open = opener
+    def __init__(self, checker: ChunkChecker, max_open: int = 256) -> None:
+        self.checker = checker
         self.max_open = max_open
         self._chunks: OrderedDict[str, _Open] = OrderedDict()
 
@@ -46,7 +51,8 @@ class OpenChunks:
         return len(self._chunks)
 
     def pread(self, name: str, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` of chunk ``name``; ``FileNotFoundError`` if it is gone."""
+        """Bytes ``[start, stop)`` of chunk ``name``; ``FileNotFoundError`` if it is gone
+        (:class:`~spoke.store.BadChunkFile` if its file is bad)."""
         return os.pread(self._entry(name).fd, stop - start, start)
 
     def view(self, name: str, start: int, stop: int) -> memoryview:
@@ -73,14 +79,19 @@ class OpenChunks:
         return entry
 
     def _entry(self, name: str) -> _Open:
+        """Chunk ``name``'s open file, checked (see the module doc)."""
         entry = self._chunks.get(name)
         if entry is None:
-            fd = self._open(name)
-            entry = self._chunks[name] = _Open(fd, os.fstat(fd).st_size)
+            entry = self._chunks[name] = _Open(*self.checker.open(name))
             if len(self._chunks) > self.max_open:
                 _close(self._chunks.popitem(last=False)[1])
-        else:
-            self._chunks.move_to_end(name)
+            return entry
+        try:
+            entry.identity = self.checker.recheck(name, entry.fd, entry.identity)
+        except FileNotFoundError:
+            self.discard(name)
+            raise
+        self._chunks.move_to_end(name)
         return entry
 
     def discard(self, name: str) -> None:

@@ -29,9 +29,10 @@ from spoke.cache import ChunkGone
 from spoke.channel import Channel
 from spoke.config import SpokeConfig
 from spoke.fds import OpenChunks
+from spoke.integrity import ChunkChecker, Expected
 from spoke.plain import OBJECTS, PlainReads
-from spoke.stats import READ_LATENCY_BUCKETS_S
-from spoke.store import ChunkStore
+from spoke.stats import READ_LATENCY_BUCKETS_S, SpokeStats
+from spoke.store import BadChunkFile, ChunkStore
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -47,15 +48,19 @@ SHUTDOWN_GRACE_S = 5.0
 class Mirror:
     """What the owner holds, as far as it has said; a :class:`spoke.plain.HitSource`.
 
-    Also what this process served, until :meth:`report` sends it to the owner.
+    Also what this process served, the chunk files it hashed and those it found bad,
+    until :meth:`report` sends it to the owner.
     """
 
     def __init__(self, store: ChunkStore) -> None:
         self.store = store
         self.manifests: dict[str, tuple[Manifest, float]] = {}
         self._asked: dict[str, asyncio.Future[None]] = {}
-        self.names: set[str] = set()
-        self._fds = OpenChunks(store.open)
+        self.names: dict[str, Expected] = {}  # what each chunk's file must hold
+        self.stats = SpokeStats()  # only the chunk files hashed, reported as they grow
+        self._reported = (0, 0)
+        self.suspects: set[str] = set()
+        self._fds = OpenChunks(ChunkChecker(store, self.names.get, self.stats))
         self.hits: dict[str, int] = {}
         self.paths_read: set[str] = set()
         self.served_bytes = 0
@@ -73,11 +78,11 @@ class Mirror:
         elif kind == "unknown":  # the owner has no fresh manifest to give (hub down...)
             self._answered(message[1])
         elif kind == "add":
-            self.names.update(message[1])
+            for name, size, alg, digest in message[1]:
+                self.names[name] = Expected(size, alg, digest)
         elif kind == "drop":
             for name in message[1]:
-                self.names.discard(name)
-                self._fds.discard(name)  # a purged chunk's bytes must not stay readable here
+                self.forget(name)  # a purged chunk's bytes must not stay readable here
         else:
             raise ValueError(f"unknown change {kind!r}")
 
@@ -119,13 +124,10 @@ class Mirror:
         return data
 
     def peek(self, name: str, start: int, stop: int) -> bytes:
-        try:
-            data = self._fds.pread(name, start, stop)
-        except FileNotFoundError:
-            data = b""
+        """:meth:`read_hit`'s bytes, not counted as a hit (a check made once per chunk)."""
+        data = self._checked(name, self._fds.pread, name, start, stop)
         if len(data) != stop - start:  # evicted: the owner will say so, or answer
-            self.names.discard(name)
-            self._fds.discard(name)
+            self.forget(name)
             raise ChunkGone(name)
         return data
 
@@ -133,32 +135,58 @@ class Mirror:
         return self._file_hit(name, self._fds.view, name, start, stop)
 
     def forget(self, name: str) -> None:
-        self.names.discard(name)  # the owner finds out when it reads it, or answers
+        self.names.pop(name, None)  # the owner finds out when it reads it, or answers
         self._fds.discard(name)
 
     def fd_hit(self, name: str, need_bytes: int) -> int:
         return self._file_hit(name, self._fds.fd, name, need_bytes)
 
     def open_hit(self, name: str, need_bytes: int) -> int:
-        return self._file_hit(name, self.store.open_holding, name, need_bytes)
+        # A descriptor of its own: the open chunks' may be closed while it is sent.
+        return os.dup(self.fd_hit(name, need_bytes))
 
     def _file_hit(self, name: str, get: Callable[..., T], *args: Any) -> T:
-        """``get(*args)`` on chunk ``name``'s file, counted as a hit; ChunkGone, the chunk
-        forgotten here (the owner will say so, or answer), when the file is gone or torn."""
-        try:
-            got = get(*args)
-        except FileNotFoundError:
-            self.names.discard(name)
-            raise ChunkGone(name) from None
+        """``get(*args)`` on chunk ``name``'s file (:meth:`_checked`), counted as a hit."""
+        got = self._checked(name, get, *args)
         self.hits[name] = self.hits.get(name, 0) + 1
         return got
+
+    def _checked(self, name: str, get: Callable[..., T], *args: Any) -> T:
+        """``get(*args)`` on chunk ``name``'s file; ChunkGone, the chunk forgotten here
+        (the owner will say so, or answer), when the file is gone, torn or bad (then the
+        owner is told, to check it and drop it)."""
+        try:
+            return get(*args)
+        except FileNotFoundError as exc:
+            if isinstance(exc, BadChunkFile):
+                self.suspects.add(name)
+            self.forget(name)
+            raise ChunkGone(name) from None
 
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)
 
     def report(self) -> list[list[Any]]:
         """What was served since the last report, as ``["hits", {chunk name: count},
-        bytes, latency bucket counts, latency sum, [paths read]]`` messages."""
+        bytes, latency bucket counts, latency sum, [paths read]]`` messages; the chunk
+        files hashed since, as ``["verified", files, bytes]``; those found bad, as
+        ``["suspect", [chunk names]]``."""
+        return [*self._checks(), *self._served()]
+
+    def _checks(self) -> list[list[Any]]:
+        messages: list[list[Any]] = []
+        verified = (self.stats.chunks_verified, self.stats.bytes_verified)
+        if verified != self._reported:
+            messages.append(["verified", verified[0] - self._reported[0],
+                             verified[1] - self._reported[1]])
+            self._reported = verified
+        suspects = list(self.suspects)
+        self.suspects.clear()
+        messages += [["suspect", suspects[i:i + MAX_REPORTED_NAMES]]
+                     for i in range(0, len(suspects), MAX_REPORTED_NAMES)]
+        return messages
+
+    def _served(self) -> list[list[Any]]:
         if not self.hits and not self.latency.count:
             return []
         names, paths = list(self.hits.items()), list(self.paths_read)

@@ -16,7 +16,10 @@ manifest fresh until when, or forgotten; a chunk stored, or gone) and the reader
 which chunks it served, every 50 ms, so the policy counts those accesses and ``/stats``
 the hits. A purge answers only once every reader has applied it. Chunk files are never
 rewritten in place: a reader's read of a chunk evicted a moment ago still gets that
-chunk's verified bytes, or fails and hands the request over.
+chunk's verified bytes, or fails and hands the request over. A stored chunk is told
+with what its file must hold (size, digest): a reader checks each file itself before
+it serves it (:mod:`spoke.integrity`); one it finds bad it lets go, tells the owner
+of (which hashes it again, and drops it if it is bad), and hands the read over.
 
 Measured before building (``loadtest/README``: two spokes on one port): 64 KiB hits
 went from 11.3k to 19.4k requests/s on 2 cores.
@@ -53,7 +56,7 @@ STOP_TIMEOUT_S = 5.0
 # Room for a manifest message's other fields; a bigger manifest (an object of
 # thousands of chunks) is not mirrored, and its reads go to the owner.
 MAX_MIRRORED_MANIFEST_BYTES = MAX_MESSAGE_BYTES - 4096
-SNAPSHOT_BATCH = 1000  # names per message: ~40 KiB
+SNAPSHOT_BATCH = 500  # chunks per message, each with its size and digest: ~40 KiB
 RESTART_PAUSE_S = 1.0
 
 
@@ -196,7 +199,9 @@ class ReaderPool:
         self._tell(["gone", path])
 
     def chunk_added(self, name: str) -> None:
-        self._tell(["add", [name]])
+        expected = self.cache.expected(name)
+        if expected is not None:
+            self._tell(["add", [[name, *expected]]])
 
     def chunk_gone(self, name: str) -> None:
         self._tell(["drop", [name]])
@@ -215,11 +220,12 @@ class ReaderPool:
         return ["manifest", path, wire, expires_at]
 
     def _send_snapshot(self, channel: Channel) -> None:
-        manifests, names = self.cache.snapshot()
+        manifests, _ = self.cache.snapshot()
         for path, manifest, expires_at in manifests:
             channel.send(self._manifest_message(path, manifest, expires_at))
-        for i in range(0, len(names), SNAPSHOT_BATCH):
-            channel.send(["add", names[i:i + SNAPSHOT_BATCH]])
+        chunks = [[name, *expected] for name, expected in self.cache.expectations()]
+        for i in range(0, len(chunks), SNAPSHOT_BATCH):
+            channel.send(["add", chunks[i:i + SNAPSHOT_BATCH]])
 
     def _on_message(self, reader: _Reader, message: list[Any], fds: list[int]) -> None:
         kind = message[0]
@@ -237,6 +243,12 @@ class ReaderPool:
                 self.cache.refresh_ahead(path)  # the reader's copy must not expire
         elif kind == "hangups":  # clients gone mid-answer on a reader, for /metrics here
             self.front.hangups += message[1]
+        elif kind == "verified":  # chunk files the reader hashed before serving them
+            self.cache.stats.chunks_verified += message[1]
+            self.cache.stats.bytes_verified += message[2]
+        elif kind == "suspect":  # chunk files the reader found bad
+            for name in message[1]:
+                self._spawn_task(self.cache.recheck(name))
         elif kind == "synced":
             waiter = reader.synced.pop(message[1], None)
             if waiter is not None and not waiter.done():

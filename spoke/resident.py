@@ -18,6 +18,9 @@ class Resident:
     path: str
     tenant: str = ""
     stored_at: float = 0.0
+    # What its file must hash to (spoke.integrity checks it before serving it).
+    digest_alg: str = ""
+    digest: bytes = b""
 
 
 class ResidentSet:
@@ -35,6 +38,9 @@ class ResidentSet:
 
     def __len__(self) -> int:
         return len(self._chunks)
+
+    def get(self, name: str) -> Resident | None:
+        return self._chunks.get(name)
 
     def items(self) -> Iterator[tuple[str, Resident]]:
         return iter(list(self._chunks.items()))

@@ -7,11 +7,12 @@ path, read at scrape time. Tests rely on them being exact.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from service.metrics import AnySeries, Histogram, HistogramSeries, LabeledCounter, Series
 from spoke.resilience import STATE_CODES
+from spoke.store import CORRUPT_CAUSES
 
 if TYPE_CHECKING:
     from spoke.cache import ChunkCache
@@ -42,6 +43,16 @@ class SpokeStats:
     early_fetches_used: int = 0  # of those, fetches that brought their chunk in
     bytes_served_hit: int = 0  # object bytes sent to loaders from cached chunks
     bytes_served_miss: int = 0  # object bytes sent to loaders that had to cross the WAN
+    # Chunk files hashed before a process first served them, or after they changed
+    # (spoke.integrity), reader workers' included.
+    chunks_verified: int = 0
+    bytes_verified: int = 0
+    # Cached chunk files found bad and dropped, by cause (spoke.store.CORRUPT_CAUSES).
+    corrupt_chunks: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(CORRUPT_CAUSES, 0))
+    scrubbed_chunks: int = 0  # chunk files re-hashed by the background scrub
+    scrubbed_bytes: int = 0
+    scrub_errors: int = 0  # background scrub steps that failed (not a bad chunk: an error)
 
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -81,6 +92,17 @@ _METRICS: dict[str, tuple[str, str, str]] = {
                           "bytes sent to loaders that were fetched from the hub"),
     "stale_responses": ("spoke_stale_responses_total", "counter",
                         "responses served with stale metadata while the hub was unreachable"),
+    "chunks_verified": ("spoke_chunks_verified_total", "counter",
+                        "cached chunk files hashed before a process first served them, "
+                        "or after they changed"),
+    "bytes_verified": ("spoke_verified_bytes_total", "counter",
+                       "bytes of cached chunk files hashed before serving"),
+    "scrubbed_chunks": ("spoke_scrubbed_chunks_total", "counter",
+                        "cached chunk files re-hashed by the background scrub"),
+    "scrubbed_bytes": ("spoke_scrubbed_bytes_total", "counter",
+                       "bytes re-hashed by the background scrub"),
+    "scrub_errors": ("spoke_scrub_errors_total", "counter",
+                     "background scrub steps that failed with an error"),
 }
 
 
@@ -95,6 +117,9 @@ def stats_series(
     ]
     breaker, retries = cache.breaker, cache.retry_counters
     series += [
+        LabeledCounter("spoke_corrupt_chunks_total",
+                      "cached chunk files found bad on disk and dropped, by cause", "cause",
+                      lambda: stats.corrupt_chunks),
         Series("spoke_cache_used_bytes", "gauge", "bytes of chunks on disk",
                lambda: cache.used_bytes),
         Series("spoke_cache_capacity_bytes", "gauge", "configured capacity",

@@ -31,6 +31,7 @@ import fcntl
 import mmap
 import os
 import secrets
+import shutil
 import threading
 
 from service.buffers import address_of
@@ -81,6 +82,21 @@ class _AlignedBuffers:
         buffer.close()
 
 
+# Why a chunk file was refused (spoke.integrity), as /metrics counts them.
+CORRUPT_CAUSES = ("digest", "not-regular", "size", "owner")
+
+
+class BadChunkFile(FileNotFoundError):
+    """A chunk's file that is not its bytes (:mod:`spoke.integrity`): not a regular
+    file, not ours, of another size, or failing its digest (``cause``). A
+    ``FileNotFoundError``, so that whatever copes with a vanished chunk (fetching it
+    again) copes with a bad one."""
+
+    def __init__(self, name: str, cause: str) -> None:
+        super().__init__(f"chunk {name} is corrupt on disk ({cause})")
+        self.name, self.cause = name, cause
+
+
 class ChunkStore:
     def __init__(self, cache_dir: str, *, direct: bool = True) -> None:
         self.root = os.path.abspath(cache_dir)
@@ -96,8 +112,9 @@ class ChunkStore:
     def path_of(self, name: str) -> str:
         return os.path.join(self._chunks, name[:2], name)
 
-    def write(self, name: str, data: bytes | bytearray | memoryview) -> None:
-        """Store ``data`` as chunk ``name``, atomically (temp file, fsync, rename)."""
+    def write(self, name: str, data: bytes | bytearray | memoryview) -> os.stat_result:
+        """Store ``data`` as chunk ``name``, atomically (temp file, fsync, rename); the
+        published file's ``stat`` (its identity: :func:`spoke.integrity.identity_of`)."""
         tmp = os.path.join(self._tmp, f"{name}.{os.getpid()}.{secrets.token_hex(4)}")
         fd = self._create(tmp)
         try:
@@ -118,10 +135,17 @@ class ChunkStore:
         try:
             # A new bucket directory takes a block of its own: a full disk can refuse it.
             os.makedirs(os.path.dirname(final), exist_ok=True)
-            os.rename(tmp, final)
+            try:
+                os.rename(tmp, final)
+            except IsADirectoryError:
+                # Something not ours took the chunk's name (the cache directory is the
+                # spoke's alone): cleared, or the chunk could never be stored again.
+                shutil.rmtree(final)
+                os.rename(tmp, final)
         except BaseException:
             os.unlink(tmp)
             raise
+        return os.stat(final, follow_symlinks=False)  # after the rename: it sets the ctime
 
     def _create(self, tmp: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -175,17 +199,17 @@ class ChunkStore:
             self._aligned.give(buffer)
 
     def open(self, name: str) -> int:
-        """An fd reading chunk ``name``; ``FileNotFoundError`` when it is not stored."""
-        return os.open(self.path_of(name), os.O_RDONLY | os.O_CLOEXEC)
-
-    def open_holding(self, name: str, need_bytes: int) -> int:
-        """:meth:`open`, and ``FileNotFoundError`` too when the file holds fewer than
-        ``need_bytes`` (torn: the kernel sending it would not notice a short read)."""
-        fd = self.open(name)
-        if os.fstat(fd).st_size < need_bytes:
-            os.close(fd)
-            raise FileNotFoundError(f"chunk {name} holds fewer than {need_bytes} bytes")
-        return fd
+        """An fd reading chunk ``name``; ``FileNotFoundError`` when it is not stored,
+        :class:`BadChunkFile` when a symlink stands in its place (never followed).
+        Non-blocking, so that a FIFO there cannot hang the caller; a regular file
+        reads the same. What the fd is, is :mod:`spoke.integrity`'s to check."""
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            return os.open(self.path_of(name), flags)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise BadChunkFile(name, "not-regular") from None
+            raise
 
     def read(self, name: str, start: int = 0, stop: int | None = None) -> bytes:
         fd = self.open(name)
@@ -197,7 +221,8 @@ class ChunkStore:
             os.close(fd)
 
     def delete(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        # A directory put in a chunk's place is left (it is never read as a chunk).
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
             os.unlink(self.path_of(name))
 
     def scan(self) -> tuple[set[str], list[str]]:

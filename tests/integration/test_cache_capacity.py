@@ -75,14 +75,15 @@ class DiskTally:
         self.sizes: dict[str, int] = {}
         self.peak = 0
         self._lock = threading.Lock()
-        write: Callable[[str, bytes], None] = store.write
+        write: Callable[[str, bytes], os.stat_result] = store.write
         delete: Callable[[str], None] = store.delete
 
-        def tallied_write(name: str, data: bytes) -> None:
-            write(name, data)
+        def tallied_write(name: str, data: bytes) -> os.stat_result:
+            written = write(name, data)
             with self._lock:
                 self.sizes[name] = len(data)
                 self.peak = max(self.peak, sum(self.sizes.values()))
+            return written
 
         def tallied_delete(name: str) -> None:
             with self._lock:

@@ -216,3 +216,58 @@ async def test_without_rot_verify_on_start_keeps_everything(
     assert await hub_bytes_sent(http, hub.url) == sent_before
     stats = await spoke_stats(http, second.url)
     assert (stats["hits"], stats["misses"], stats["used_bytes"]) == (41, 0, len(data))
+
+
+async def metric_samples(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, float]:
+    """Every /metrics sample, by name and labels (``name{label="value"}``)."""
+    async with http.get(f"{spoke_url}/metrics") as resp:
+        text = await resp.text()
+    return {
+        s.name + "".join(f'{{{k}="{v}"}}' for k, v in sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text) for s in family.samples
+    }
+
+
+async def test_the_background_scrub_finds_rot_no_read_looked_at(
+    hub: RunningServer, spokes: Spokes, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    path, data = "ds/partial.bin", dataset[1]["ds/partial.bin"]
+    cache_dir = Path(spokes.config.cache_dir)
+    spoke = await spokes.start(scrub_rate_bytes_s=64 << 20)
+    assert (await read(http, f"{spoke.url}/objects/{path}"))[2] == data
+    assert (await spoke_stats(http, spoke.url))["used_bytes"] == len(data)  # all stored
+    rotten = chunk_file_of(cache_dir, 2)
+    flip_bytes(rotten, 1000)  # and nothing reads it
+
+    for _ in range(400):
+        stats = await spoke_stats(http, spoke.url)
+        if stats["corrupt_chunks"]["digest"]:
+            break
+        await asyncio.sleep(0.05)
+    assert stats["corrupt_chunks"] == {"digest": 1, "not-regular": 0, "size": 0, "owner": 0}
+    assert stats["used_bytes"] == len(data) - CHUNK
+    assert not rotten.exists()
+    samples = await metric_samples(http, spoke.url)
+    assert samples['spoke_corrupt_chunks_total{cause="digest"}'] == 1
+    assert samples['spoke_corrupt_chunks_total{cause="size"}'] == 0
+    # At least the bad chunk was hashed (the pass may not have reached the others yet).
+    assert samples["spoke_scrubbed_chunks_total"] >= 1
+    assert samples["spoke_scrubbed_bytes_total"] >= CHUNK
+    assert samples["spoke_scrub_errors_total"] == 0
+
+    status, headers, body = await read(http, f"{spoke.url}/objects/{path}")
+    assert (status, headers["X-Cache"], body) == (200, "PARTIAL", data)
+    # The chunks it read from files this process wrote (and verified on their way in)
+    # were checked, not hashed again.
+    samples = await metric_samples(http, spoke.url)
+    assert samples["spoke_chunks_verified_total"] == 0
+    await spokes.stop(spoke)
+
+    # A new process hashes each file once, before its first read of it, not at every read.
+    spoke = await spokes.start(scrub_rate_bytes_s=0)
+    for _ in range(3):
+        status, headers, body = await read(http, f"{spoke.url}/objects/{path}")
+        assert (status, headers["X-Cache"], body) == (200, "HIT", data)
+    samples = await metric_samples(http, spoke.url)
+    assert samples["spoke_chunks_verified_total"] == 6
+    assert samples["spoke_verified_bytes_total"] == len(data)

@@ -7,6 +7,7 @@ with other work would), everything else is real: hub, spoke, HTTP.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -33,9 +34,9 @@ class HeldDisk:
         self._write = store.write
         store.write = self.write  # type: ignore[method-assign]
 
-    def write(self, name: str, data: bytes | bytearray | memoryview) -> None:
+    def write(self, name: str, data: bytes | bytearray | memoryview) -> os.stat_result:
         assert self.gate.wait(WAIT_S), "the test never released the disk"
-        self._write(name, data)
+        return self._write(name, data)
 
     def release(self) -> None:
         self.gate.set()

@@ -302,7 +302,11 @@ async def healthy_and_correct(target: Target) -> None:
 
 async def no_request_left_in_a_handler(target: Target) -> None:
     """A hang in our code leaves a request in flight after its client has gone."""
-    limit = target.server.app[LIMIT]
+    await no_request_left_in_a_handler_of(target.server)
+
+
+async def no_request_left_in_a_handler_of(server: RunningServer) -> None:
+    limit = server.app[LIMIT]
     for _ in range(250):
         if not limit.in_flight():
             break
@@ -1037,6 +1041,108 @@ async def _tenant_work_settled(url: str, mint: Mint) -> None:
                 raise AssertionError(f"{tenant}'s warm jobs still running: {jobs}")
         root = mint("ops", [""], admin=True)
         await settled_stats(http, url, headers={"Authorization": f"Bearer {root}"})
+
+
+# seeded changes to the spoke's chunk files while it serves them
+
+CHUNK_FILE_ROUNDS = 60
+
+
+def _chunk_files(cache_dir: Path) -> list[Path]:
+    return sorted(p for p in (cache_dir / "chunks").glob("*/*") if "-" in p.name)
+
+
+def change_chunk_file(rng: random.Random, files: list[Path], secret: Path) -> str:
+    """Do one hostile thing to one of ``files`` (chunk files on the spoke's disk)."""
+    path, other = rng.sample(files, 2)
+    if not path.is_file() or path.is_symlink():
+        return "skipped"  # changed before (a FIFO, a directory): left as it is
+    kind = rng.choice(["flip", "copy", "swap", "symlink", "passwd", "shrink", "fifo",
+                       "directory", "chmod"])
+    if kind == "flip":
+        with path.open("r+b") as f:
+            at = rng.randrange(max(1, path.stat().st_size))
+            f.seek(at)
+            old = f.read(1) or b"\0"
+            f.seek(at)
+            f.write(bytes([old[0] ^ (1 << rng.randrange(8))]))
+    elif kind == "copy" and other.is_file():
+        path.write_bytes(other.read_bytes())
+    elif kind == "swap" and other.is_file() and not other.is_symlink():
+        aside = path.with_name(path.name + ".aside")
+        path.rename(aside)
+        other.rename(path)
+        aside.rename(other)
+    elif kind in ("symlink", "passwd"):
+        path.unlink()
+        path.symlink_to(secret if kind == "symlink" else Path("/etc/passwd"))
+    elif kind == "shrink":
+        os.truncate(path, rng.randrange(path.stat().st_size))
+    elif kind == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.unlink()
+        path.mkdir()
+    elif kind == "chmod":
+        path.chmod(0o000)
+    return kind
+
+
+def chunk_file_read(rng: random.Random, size: int) -> tuple[bytes, list[tuple[int, int]]]:
+    """A plain read of ds/big.bin: one range, or a batch of a few; and its ranges."""
+    ranges = []
+    for _ in range(rng.choice([1, 1, 3, 8])):
+        start = rng.randrange(size)
+        ranges.append((start, min(size, start + rng.choice([1, 100, 5000, 70000]))))
+    spec = ",".join(f"{a}-{b - 1}" for a, b in ranges)
+    return request(b"/objects/ds/big.bin", headers=f"Range: bytes={spec}\r\n".encode()), ranges
+
+
+async def test_changed_chunk_files_are_never_served(
+    dataset: Dataset, make_spoke: SpokeFactory, tmp_path: Path,
+    server_errors: Callable[[], list[str]],
+) -> None:
+    """Every answer is the object's bytes, whatever is done to the files (its own test
+    file pins each change: tests/integration/test_chunk_files.py)."""
+    spoke = await make_spoke(scrub_rate_bytes_s=0)
+    port = int(spoke.url.rsplit(":", 1)[1])
+    big = dataset[1]["ds/big.bin"]
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(SECRET * (1 + 70000 // len(SECRET)))  # as long as a chunk
+    assert (await exchange(port, request(b"/objects/ds/big.bin"))).replies[0].body == big
+    rng = random.Random(f"{SEED}-chunk-files")
+    done: collections.Counter[str] = collections.Counter()
+    problems: list[str] = []
+    for _ in range(CHUNK_FILE_ROUNDS):
+        files = _chunk_files(tmp_path / "cache")
+        if len(files) >= 2:
+            done[change_chunk_file(rng, files, secret)] += 1
+        payload, ranges = chunk_file_read(rng, len(big))
+        ex = await exchange(port, payload)
+        problems += check_invariants_of_read(ex, big, ranges)
+    assert not problems, "\n".join(problems[:30])
+    await no_request_left_in_a_handler_of(spoke)
+    assert not server_errors(), "\n".join(server_errors()[:30])
+    print(f"\nchunk files: {dict(sorted(done.items()))}")
+
+
+def check_invariants_of_read(
+    ex: Exchange, data: bytes, ranges: list[tuple[int, int]]
+) -> list[str]:
+    """What is wrong with the answer to a plain read of ``ranges`` of ``data``."""
+    if len(ex.replies) != 1:
+        return [f"{len(ex.replies)} answers, closed={ex.closed}"]
+    reply = ex.replies[0]
+    if reply.status != 206 or reply.truncated:
+        return [f"{reply.status} answer (truncated: {reply.truncated})"]
+    if SECRET in reply.body or b"root:x:0:0" in reply.body:
+        return ["bytes from outside the cache"]
+    wanted = [data[a:b] for a, b in ranges]
+    if len(ranges) == 1:
+        return [] if reply.body == wanted[0] else ["wrong bytes"]
+    # Every range's bytes are in the multipart body (the planner may merge some).
+    return [] if all(part in reply.body for part in wanted) else ["wrong bytes in a batch"]
 
 
 # ---------------------------------------------------------------------------

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from protocol.digests import digest
 from protocol.manifest import Manifest
 from protocol.response import plan_response
 from spoke.cache import ChunkGone
 from spoke.fds import OpenChunks
+from spoke.integrity import ChunkChecker, Expected
 from spoke.keys import chunk_name, manifest_version
 from spoke.objects import representation
 from spoke.plain import read_cached_body
 from spoke.reader_worker import Mirror
+from spoke.stats import SpokeStats
 from spoke.store import ChunkStore
 
 CHUNK = 64 << 10
@@ -31,10 +34,21 @@ def store(tmp_path: Path) -> ChunkStore:
     return ChunkStore(str(tmp_path / "cache"), direct=False)
 
 
+def expect(data: bytes) -> Expected:
+    return Expected(len(data), "xxh3-128", digest("xxh3-128", data))
+
+
+def open_chunks(
+    store: ChunkStore, chunks: dict[str, Expected], max_open: int = 256
+) -> OpenChunks:
+    """OpenChunks on ``store`` whose files must hold ``chunks``."""
+    return OpenChunks(ChunkChecker(store, chunks.get, SpokeStats()), max_open)
+
+
 def test_a_view_is_the_chunk_bytes_of_a_map_not_a_copy(store: ChunkStore) -> None:
     data = os.urandom(CHUNK)
     store.write("c1", data)
-    chunks = OpenChunks(store.open)
+    chunks = open_chunks(store, {"c1": expect(data)})
     view = chunks.view("c1", 100, 5000)
     assert isinstance(view.obj, mmap.mmap)
     assert bytes(view) == data[100:5000]
@@ -46,7 +60,7 @@ def test_a_view_past_the_end_of_a_torn_file_is_refused_and_forgotten(
     store: ChunkStore,
 ) -> None:
     store.write("c1", os.urandom(CHUNK // 2))
-    chunks = OpenChunks(store.open)
+    chunks = open_chunks(store, {"c1": expect(os.urandom(CHUNK))})
     with pytest.raises(FileNotFoundError):
         chunks.view("c1", 0, CHUNK)
     assert len(chunks) == 0
@@ -55,7 +69,7 @@ def test_a_view_past_the_end_of_a_torn_file_is_refused_and_forgotten(
 def test_a_view_outlives_the_discard_and_the_deletion_of_its_chunk(store: ChunkStore) -> None:
     data = os.urandom(CHUNK)
     store.write("c1", data)
-    chunks = OpenChunks(store.open)
+    chunks = open_chunks(store, {"c1": expect(data)})
     view = chunks.view("c1", 0, CHUNK)
     chunks.discard("c1")  # purged: as a queued write still holds the view
     store.delete("c1")
@@ -70,7 +84,8 @@ def test_an_evicted_chunk_closes_its_descriptor_and_keeps_its_views(
     data = [os.urandom(CHUNK) for _ in range(3)]
     for i, chunk in enumerate(data):
         store.write(f"c{i}", chunk)
-    chunks = OpenChunks(store.open, max_open=2)
+    chunks = open_chunks(store, {f"c{i}": expect(chunk) for i, chunk in enumerate(data)},
+                         max_open=2)
     first_fd = chunks.fd("c0", CHUNK)
     first_file = os.readlink(f"/proc/self/fd/{first_fd}")
     views = [chunks.view(f"c{i}", 0, 10) for i in range(3)]
@@ -93,15 +108,21 @@ def test_sending_a_view_of_a_file_that_shrank_fails_the_write_not_the_process(
 ) -> None:
     # Why views only go to plain sockets: the kernel reading a page past the new end
     # of file fails the send (EFAULT); Python reading it would die of SIGBUS.
-    path = tmp_path / "chunk"
-    path.write_bytes(os.urandom(1 << 20))
     script = textwrap.dedent(f"""
         import errno, os, socket, sys
         sys.path.insert(0, {str(REPO)!r})
+        from protocol.digests import digest
         from spoke.fds import OpenChunks
-        chunks = OpenChunks(lambda name: os.open({str(path)!r}, os.O_RDONLY))
+        from spoke.integrity import ChunkChecker, Expected
+        from spoke.stats import SpokeStats
+        from spoke.store import ChunkStore
+        store = ChunkStore({str(tmp_path / "cache")!r}, direct=False)
+        data = os.urandom(1 << 20)
+        store.write("chunk", data)
+        known = {{"chunk": Expected(len(data), "xxh3-128", digest("xxh3-128", data))}}
+        chunks = OpenChunks(ChunkChecker(store, known.get, SpokeStats()))
         view = chunks.view("chunk", 512 << 10, (512 << 10) + 65536)
-        os.truncate({str(path)!r}, 4096)
+        os.truncate(store.path_of("chunk"), 4096)
         a, b = socket.socketpair()
         a.setblocking(False)
         try:
@@ -131,7 +152,7 @@ def test_a_batch_body_is_views_of_the_chunk_files_only_when_zero_copy(
     for index in range(3):
         name = chunk_name(manifest_version(manifest), index)
         store.write(name, data[index * CHUNK:(index + 1) * CHUNK])
-        mirror.names.add(name)
+        mirror.names[name] = expect(data[index * CHUNK:(index + 1) * CHUNK])
     ranges = [(10, 99), (CHUNK - 5, CHUNK + 4), (2 * CHUNK + 7, 2 * CHUNK + 7)]
     header = "bytes=" + ",".join(f"{a}-{b}" for a, b in ranges)
     plan = plan_response("GET", {"Range": header}, representation(manifest, "d/obj"), "B", 0)
@@ -150,7 +171,8 @@ def test_a_batch_body_is_views_of_the_chunk_files_only_when_zero_copy(
 def test_a_batch_of_a_chunk_gone_from_disk_is_chunk_gone(store: ChunkStore) -> None:
     manifest = _manifest(CHUNK)
     mirror = Mirror(store)
-    mirror.names.add(chunk_name(manifest_version(manifest), 0))  # told, but no file
+    # Told, but no file.
+    mirror.names[chunk_name(manifest_version(manifest), 0)] = expect(bytes(CHUNK))
     plan = plan_response("GET", {"Range": "bytes=0-9,20-29"},
                          representation(manifest, "d/obj"), "B", 0)
     with pytest.raises(ChunkGone):

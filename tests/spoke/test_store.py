@@ -168,3 +168,14 @@ def test_unaligned_or_odd_sized_bytes_still_go_through_an_aligned_copy(tmp_path:
     for name, data in (("ef0002", fill.view), ("ef0003", unaligned)):
         store.write(name, data)
         _check_stored(store, name, bytes(data))
+
+
+def test_a_directory_in_a_chunks_place_is_cleared_so_the_chunk_can_be_stored(
+    tmp_path: Path,
+) -> None:
+    store = ChunkStore(str(tmp_path / "cache"))
+    obstacle = store.path_of("c0")
+    os.makedirs(os.path.join(obstacle, "inner"))
+    store.write("c0", b"chunk bytes")
+    with open(obstacle, "rb") as f:
+        assert f.read() == b"chunk bytes"
