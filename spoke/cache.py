@@ -14,6 +14,7 @@ import os
 import random
 import sqlite3
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -722,8 +723,11 @@ class ChunkCache:
                       Filling(chunk_size, self._buffers))
         ahead.task = asyncio.create_task(self._run_ahead(ahead))
         ahead.task.add_done_callback(_retrieve)
+        # The timer holds it weakly: one a flight took on is the flight's to keep, and
+        # its chunk buffer must not outlive the flight by KEPT_S.
+        kept = weakref.ref(ahead)
         ahead.task.add_done_callback(lambda _: asyncio.get_running_loop().call_later(
-            KEPT_S, self.drop_ahead, ahead))
+            KEPT_S, lambda: self.drop_ahead(kept())))
         self._ahead[path] = ahead
         self.stats.early_fetches += 1
         return ahead

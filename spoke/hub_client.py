@@ -523,7 +523,9 @@ class _ChunkConnection(asyncio.BufferedProtocol):
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            self._target = None
+            # A pooled connection must not keep its last fetch's chunk alive (an
+            # early fetch's head check holds its fill) until it is used again.
+            self._target = self._on_head = None
             if self._phase != "done":
                 self.abort()
 

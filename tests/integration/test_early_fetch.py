@@ -206,3 +206,20 @@ async def test_no_early_fetch_while_the_hub_is_failing(
     # The first read's early fetch went out while the breaker was still closed; once it
     # is open, no read asks the hub for anything on a guess.
     assert grew(before, after, "early_fetches", "early_fetches_used") == (1, 0)
+
+
+async def test_an_early_fetch_taken_on_keeps_no_chunk_memory_after_its_read(
+    make_spoke: SpokeFactory, dataset: Dataset, http: aiohttp.ClientSession,
+    monkeypatch: Any,
+) -> None:
+    """The timer that drops an early fetch nobody took must not hold one a flight took:
+    its chunk buffer would outlive the read (under faults, by dozens at once)."""
+    monkeypatch.setattr("spoke.cache.KEPT_S", 3600.0)
+    spoke = await make_spoke(readahead_chunks=0, sequential_readahead_chunks=0)
+    await learn_chunk_size(http, spoke)
+    data = dataset[1]["ds/big.bin"]
+    assert await read(http, spoke, "ds/big.bin", 10, 109) == (206, data[10:110])
+    assert (await counts(http, spoke))["early_fetches_used"] == 1
+    async with asyncio.timeout(WAIT_S):
+        while (await counts(http, spoke))["fill_buffer_bytes"]:
+            await asyncio.sleep(0.01)
