@@ -16,6 +16,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from service.logs import RateLimitedLog
+
 LOG_INTERVAL_S = 60.0
 
 
@@ -30,27 +32,13 @@ class ErrorCounts:
         self.level = level
         # Every known kind from the start: /metrics shows a 0 before the first error.
         self.counts: dict[str, int] = dict.fromkeys(kinds, 0)
-        self._logger = logger
-        self._clock = clock
-        self._logged_at: dict[str, float] = {}
-        self._unlogged: dict[str, int] = {}
+        self._log = RateLimitedLog(logger, LOG_INTERVAL_S, clock)
 
     def record(self, kind: str, exc: BaseException) -> None:
         """Count ``exc`` under ``kind``; log it unless ``kind`` was logged lately."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
-        now = self._clock()
-        last = self._logged_at.get(kind)
-        if last is not None and now - last < LOG_INTERVAL_S:
-            self._unlogged[kind] = self._unlogged.get(kind, 0) + 1
-            return
-        self._logged_at[kind] = now
-        quiet = self._unlogged.pop(kind, 0)
-        self._logger.log(
-            self.level, "%s %s failed: %s%s", self.what, kind, exc or type(exc).__name__,
-            f" ({quiet} more since the last report)" if quiet else "",
-            # The first one's traceback shows where; the rest would only repeat it.
-            exc_info=exc if last is None else None,
-        )
+        self._log.log(self.level, kind, "%s %s failed: %s", self.what, kind,
+                      exc or type(exc).__name__, first_exc=exc)
 
     def total(self) -> int:
         return sum(self.counts.values())

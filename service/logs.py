@@ -63,9 +63,11 @@ class RateLimitedLog:
         self._last: dict[object, float] = {}
         self._held: dict[object, int] = {}
 
-    def log(self, level: int, key: object, msg: str, *args: object) -> bool:
+    def log(self, level: int, key: object, msg: str, *args: object,
+            first_exc: BaseException | None = None) -> bool:
         """Log ``msg % args`` unless ``key`` had a line less than ``interval_s`` ago;
-        whether it was logged."""
+        whether it was logged. ``first_exc``'s traceback goes with the key's first line
+        only: it shows where, and the later ones would only repeat it."""
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self.interval_s:
@@ -75,7 +77,7 @@ class RateLimitedLog:
         held = self._held.pop(key, 0)
         if held:
             msg, args = msg + " (and %d more like it since the last such line)", (*args, held)
-        self.logger.log(level, msg, *args)
+        self.logger.log(level, msg, *args, exc_info=first_exc if last is None else None)
         return True
 
 
