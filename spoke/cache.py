@@ -17,6 +17,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 
@@ -818,12 +819,8 @@ class ChunkCache:
             # Filled by a flight that ended after our lookup (with a head start, its
             # bytes are on their way into this fill already: they are used instead).
             if name in self._resident and head_start is None:
-                try:
-                    data = await self.read(Chunk(key, None, True), 0, fill.length)
-                except ChunkGone:
-                    pass  # bad or gone since: fetched after all
-                else:
-                    fill.feed(data)
+                with suppress(ChunkGone):  # bad or gone since: fetched after all
+                    fill.feed(await self.read(Chunk(key, None, True), 0, fill.length))
                     fill.finish()
                     return
             # Fetch and verify before making room: a fill that fails (hub down) must not

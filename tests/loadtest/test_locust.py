@@ -1,6 +1,6 @@
 """The Locust load test, short: hub → Toxiproxy 60 ms → spoke, tens of users, ≈ 20 s.
 
-It runs ``python -m loadtest.locust_run`` exactly as the README does, in a
+It runs ``python -m loadtest.locust_run`` exactly as docs/load-tests.md does, in a
 subprocess (Locust monkey-patches the process it runs in with gevent, which must
 not happen to pytest), and fails on any failed request.
 """
