@@ -15,7 +15,7 @@ import time
 
 from torch.utils.data import DataLoader
 
-from spoke.torch_dataset import ShardedSamples
+from spoke.client.torch_dataset import ShardedSamples
 
 
 def main() -> None:

@@ -216,7 +216,7 @@ async def get_list(request: web.Request) -> web.Response:
 
 async def healthz(request: web.Request) -> web.Response:
     # The chunk size lets a spoke that has seen no manifest yet ask for an object's
-    # first chunk alongside its manifest (spoke.ahead).
+    # first chunk alongside its manifest (spoke.cache.early).
     return web.json_response(
         {"status": "ok", "chunk_size": request.app[MANIFESTS].chunk_size}
     )

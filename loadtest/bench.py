@@ -73,7 +73,7 @@ from loadtest.replay import (
     summarize,
 )
 from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
-from spoke.cpus import AFFINITIES
+from spoke.workers.cpus import AFFINITIES
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -111,7 +111,7 @@ class Settings:
     # (one per core: its best, 4 workers made 0.95x), the spoke with ``--workers auto``
     # (two per core: its best, spoke.config.WORKERS_PER_CORE). Neither is bound to CPUs:
     # bound, the spoke's warm 64 KiB tail is shorter but the replay's warm phase ~30 %
-    # slower (spoke.cpus), and nginx's ``worker_cpu_affinity auto`` was not better.
+    # slower (spoke.workers.cpus), and nginx's ``worker_cpu_affinity auto`` was not better.
     spoke_workers: str = "auto"
     spoke_cpu_affinity: str = "off"
     # Like nginx's ``proxy_cache_valid``: both caches serve a cached version this long

@@ -6,7 +6,7 @@ Two measurements, all on 127.0.0.1, bounded in time:
 
 1. **The index, per cached chunk.** For each size (default 20,000 and 100,000 chunks)
    :func:`loadtest.bench_restart.build` makes a cache directory of that many chunk files
-   with their index rows; a fresh child process then opens a :class:`spoke.cache.ChunkCache`
+   with their index rows; a fresh child process then opens a :class:`spoke.cache.engine.ChunkCache`
    on it the way :func:`loadtest.bench_restart.reopen` does and reports
 
    * the Python heap the open cache holds (``tracemalloc``, before and after
@@ -60,7 +60,7 @@ from loadtest.procs import Process, start_process
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
-INDEX_FILE = "index.sqlite3"  # spoke/index.py's file name
+INDEX_FILE = "index.sqlite3"  # spoke/cache/index.py's file name
 CHILD_TIMEOUT_S = 300
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -142,11 +142,11 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
     The cache is built like :func:`loadtest.bench_restart.reopen` builds it, but kept
     open while it is measured.
     """
-    from spoke.cache import ChunkCache
-    from spoke.hub_client import HubClient
-    from spoke.index import ChunkIndex
-    from spoke.policy import make_policy
-    from spoke.store import ChunkStore
+    from spoke.cache.engine import ChunkCache
+    from spoke.cache.index import ChunkIndex
+    from spoke.cache.store import ChunkStore
+    from spoke.policy.base import make_policy
+    from spoke.upstream.hub import HubClient
 
     hub = HubClient("http://127.0.0.1:9", connect_timeout_s=1, read_timeout_s=1,
                     max_connections=1)

@@ -16,12 +16,12 @@ import tempfile
 import time
 
 from protocol.digests import digest
-from spoke.cache import ChunkCache
-from spoke.hub_client import HubClient
-from spoke.index import ChunkIndex, ChunkRow
-from spoke.keys import ChunkKey
-from spoke.policy import make_policy
-from spoke.store import ChunkStore
+from spoke.cache.engine import ChunkCache
+from spoke.cache.index import ChunkIndex, ChunkRow
+from spoke.cache.keys import ChunkKey
+from spoke.cache.store import ChunkStore
+from spoke.policy.base import make_policy
+from spoke.upstream.hub import HubClient
 
 CHUNK_BYTES = 4096
 

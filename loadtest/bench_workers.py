@@ -6,7 +6,7 @@ A hub over a generated file (no WAN: only warm reads are measured), a spoke cach
 directory warmed once, then the spoke restarted on it alternately with ``--workers 1``
 and ``--workers N``, rounds interleaved, each measured with the bench's wrk scripts:
 64 KiB × 64 connections and 32 × 64 KiB batches × 16 connections. Prints a Markdown
-table of medians and the ratio: what the reader workers (:mod:`spoke.readers`) add.
+table of medians and the ratio: what the reader workers (:mod:`spoke.workers.pool`) add.
 """
 
 from __future__ import annotations

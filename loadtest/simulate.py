@@ -3,9 +3,9 @@
     python -m loadtest.simulate            # the full run (minutes: the +plan replays dominate)
     python -m loadtest.simulate --quick    # smaller traces, for CI (seconds)
 
-Every policy is the project's own class, built by :func:`spoke.policy.make_policy` (LRU,
-ARC, S3-FIFO; W-TinyLFU from :mod:`spoke.tinylfu`), driven exactly as
-``spoke.cache.ChunkCache`` drives it: on a hit ``touch(key)``; on a miss ``admit(key)``,
+Every policy is the project's own class, built by :func:`spoke.policy.base.make_policy` (LRU,
+ARC, S3-FIFO; W-TinyLFU from :mod:`spoke.policy.tinylfu`), driven exactly as
+``spoke.cache.engine.ChunkCache`` drives it: on a hit ``touch(key)``; on a miss ``admit(key)``,
 then ``evict(key)`` while the fill would not fit, then ``insert(key, size)``. The
 simulator owns the bytes, as the cache does, and checks after every request that no
 policy holds more bytes than the capacity (:class:`CapacityError` otherwise).
@@ -51,8 +51,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from spoke.plan_policy import PlanAwarePolicy
-from spoke.policy import POLICY_NAMES, EvictionPolicy, make_policy
+from spoke.policy.base import POLICY_NAMES, EvictionPolicy, make_policy
+from spoke.policy.plan_aware import PlanAwarePolicy
 
 __all__ = [
     "CHUNK",
@@ -572,7 +572,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
 
 
 def policy_factories() -> dict[str, PolicyFactory]:
-    """The project's policies by name, built with :func:`spoke.policy.make_policy`."""
+    """The project's policies by name, built with :func:`spoke.policy.base.make_policy`."""
 
     def factory(name: str) -> PolicyFactory:
         return lambda capacity: make_policy(name, capacity)
@@ -623,7 +623,7 @@ class TracePlan:
 
     Holds the future requests of the planned jobs (every job but ``unplanned``); the
     cursor follows the replay (``tick``). Same semantics as the spoke's
-    :meth:`spoke.plans.ReadPlan.next_use`: requests until the key's next planned read
+    :meth:`spoke.prefetch.plans.ReadPlan.next_use`: requests until the key's next planned read
     after the current one, ``inf`` when none.
     """
 

@@ -4,7 +4,8 @@ On two shared cores, a spoke's threads storing new chunks (the write, the fsync,
 read-back into the page cache) compete for the CPU with its event loop, which
 receives those chunks from the hub and sends them to loaders. The loop is what a
 loader waits on; a store can wait, and the storing backlog
-(:class:`spoke.slots.Backlog`) slows the fetches if it waits too long. So the storing threads run
+(:class:`spoke.cache.slots.Backlog`)
+slows the fetches if it waits too long. So the storing threads run
 ``BACKGROUND_NICENESS`` steps nicer than the process: the kernel gives them the CPU
 the loop leaves, and less of it while the loop wants it. Measured side by side, cold
 sequential streaming through a 60 ms link: 0.603 -> 0.617 GB/s (median of 8 rounds

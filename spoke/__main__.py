@@ -11,14 +11,15 @@ from service.logs import setup_logging
 from service.memory import fix_malloc_thresholds
 from service.runner import run, serve_forever
 from service.tls import server_context_for
-from spoke import cpus, handlers
 from spoke.app import make_app
+from spoke.cache.scrub import open_index, scrub
+from spoke.cache.store import ChunkStore
+from spoke.client.warm_cli import run_warm
 from spoke.config import config_from_args, parse_args
-from spoke.reader_worker import run_reader
-from spoke.readers import readers_companion
-from spoke.scrub import open_index, scrub
-from spoke.store import ChunkStore
-from spoke.warm_cli import run_warm
+from spoke.serve import handlers
+from spoke.workers import cpus
+from spoke.workers.pool import readers_companion
+from spoke.workers.worker import run_reader
 
 logger = logging.getLogger("spoke")
 

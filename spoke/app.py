@@ -15,22 +15,22 @@ from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
 from service.tls import client_context
-from spoke import handlers
-from spoke.cache import ChunkCache
+from spoke.cache.counters import SpokeStats, read_latency_histograms, stats_series
+from spoke.cache.engine import ChunkCache
+from spoke.cache.scrub import BackgroundScrub, open_index, scrub
+from spoke.cache.store import ChunkStore
 from spoke.config import SpokeConfig
-from spoke.fast import FastObjectReads
-from spoke.hub_client import HubClient
-from spoke.objects import ObjectReads
-from spoke.plan_policy import PlanAwarePolicy
-from spoke.plans import PlanRegistry
-from spoke.policy import make_policy
-from spoke.readahead import SequentialReadahead
-from spoke.readers import READERS, ReaderPool
-from spoke.resilience import CircuitBreaker, RetryPolicy
-from spoke.scrub import BackgroundScrub, open_index, scrub
-from spoke.stats import SpokeStats, read_latency_histograms, stats_series
-from spoke.store import ChunkStore
-from spoke.warm import WarmJobs
+from spoke.policy.base import make_policy
+from spoke.policy.plan_aware import PlanAwarePolicy
+from spoke.prefetch.plans import PlanRegistry
+from spoke.prefetch.readahead import SequentialReadahead
+from spoke.prefetch.warm import WarmJobs
+from spoke.serve import handlers
+from spoke.serve.fast import FastObjectReads
+from spoke.serve.objects import ObjectReads
+from spoke.upstream.hub import HubClient
+from spoke.upstream.resilience import CircuitBreaker, RetryPolicy
+from spoke.workers.pool import READERS, ReaderPool
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from service.limits import (
     add_limit_flags,
 )
 from service.tls import add_tls_flags, parse_checked
-from spoke.cpus import AFFINITIES
+from spoke.workers.cpus import AFFINITIES
 
 POLICIES = ("arc", "lru", "s3fifo", "wtinylfu")
 # ``--workers auto``: two processes per core, not one. SO_REUSEPORT spreads a loader's
@@ -79,8 +79,8 @@ class SpokeConfig:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
     workers: int = 1
-    cpu_affinity: str = "off"  # or "spread" (spoke.cpus)
-    # Set only in a reader worker's process, by its owner (spoke.readers).
+    cpu_affinity: str = "off"  # or "spread" (spoke.workers.cpus)
+    # Set only in a reader worker's process, by its owner (spoke.workers.pool).
     reader_channel_fd: int | None = None
     reader_cpu: int | None = None
 
@@ -145,7 +145,7 @@ def _serve_flags(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
                   "cache hits from its files (SO_REUSEPORT; 'auto': two per core; plain HTTP)")
     add_flag(p, "--cpu-affinity", env=env, default="off", choices=AFFINITIES,
              help="'spread': bind each of the spoke's processes to one CPU of those it may "
-                  "use, in turn (for --workers; see spoke/cpus.py); 'off': let the kernel "
+                  "use, in turn (for --workers; see spoke/workers/cpus.py); 'off': let the kernel "
                   "place them")
     p.add_argument("--reader-channel", type=int, help=argparse.SUPPRESS)
     p.add_argument("--reader-cpu", type=int, help=argparse.SUPPRESS)

@@ -1,4 +1,4 @@
-"""spoke.client against a real spoke (and, for retries, small fakes of foreign servers).
+"""spoke.client.clients against a real spoke (and, for retries, small fakes of foreign servers).
 
 The fixtures' servers run on the test's event loop, so every blocking call of the
 sync Client runs in a worker thread (``asyncio.to_thread``) to leave that loop free.
@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 from service.runner import start_site
-from spoke.client import (
+from spoke.client.clients import (
     AsyncClient,
     Client,
     HubspokeError,

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from spoke.client import AsyncClient
+from spoke.client.clients import AsyncClient
 from tests.support.servers import RunningServer
 
 

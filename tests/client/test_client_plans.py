@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
-from spoke.client import AsyncClient
+from spoke.client.clients import AsyncClient
 from tests.conftest import CHUNK, SpokeFactory
 
 

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spoke.client import VersionChanged
-from spoke.fsspec_fs import HubspokeFileSystem
+from spoke.client.clients import VersionChanged
+from spoke.client.fsspec_fs import HubspokeFileSystem
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.servers import RunningServer
 

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from spoke.handlers import CACHE
+from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.servers import settled_stats
 

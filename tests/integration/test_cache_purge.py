@@ -95,7 +95,7 @@ async def test_an_object_missing_at_the_hub_is_a_404_problem_and_the_spoke_carri
     async with http.head(f"{spoke.url}/objects/ds/missing.bin") as resp:
         assert resp.status == 404
 
-    # The misses may each have asked for a first chunk on a guess (spoke.ahead), which
+    # The misses may each have asked for a first chunk on a guess (spoke.cache.early), which
     # counts as a fetch; the spoke carries on with one fetch for the next object.
     before = await spoke_stats(http, spoke.url)
     assert await read(http, spoke.url, "ds/small.bin") == ("MISS", files["ds/small.bin"])

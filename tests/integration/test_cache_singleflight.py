@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hub.config import HubConfig
 from hub.handlers import READ_BLOCK_BYTES
-from spoke.handlers import CACHE
+from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK
 from tests.support.backoff import HeldBackoff
 from tests.support.raw_http import raw_get

@@ -21,7 +21,7 @@ from multidict import CIMultiDict
 from hub.backend import FilesystemBackend, ObjectInfo
 from hub.config import HubConfig
 from hub.handlers import BACKEND
-from spoke.client import AsyncClient
+from spoke.client.clients import AsyncClient
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.raw_http import raw_get
 from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_hub

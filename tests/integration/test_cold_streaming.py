@@ -23,11 +23,11 @@ import pytest
 from hub.backend import OpenObject
 from hub.config import HubConfig
 from protocol.ranges import ByteRange
+from spoke.cache.keys import ChunkKey
 from spoke.config import SpokeConfig
-from spoke.errors import ChunkCorrupt
-from spoke.handlers import CACHE
-from spoke.keys import ChunkKey
-from spoke.reader import RangeReader
+from spoke.serve.handlers import CACHE
+from spoke.serve.reader import RangeReader
+from spoke.upstream.errors import ChunkCorrupt
 from tests.support.servers import (
     GatedBackend,
     RunningServer,

@@ -21,9 +21,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spoke import cache as cache_module
-from spoke.cache import ChunkCache
-from spoke.handlers import CACHE
+from spoke.cache import engine as cache_module
+from spoke.cache.engine import ChunkCache
+from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.servers import RunningServer, settled_stats, start_process, write_dataset
 

@@ -19,7 +19,7 @@ from hub.app import make_app as make_hub_app
 from hub.config import HubConfig
 from service.runner import start_site
 from spoke.config import SpokeConfig
-from spoke.handlers import CACHE
+from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_spoke
 
@@ -214,7 +214,7 @@ async def test_an_early_fetch_taken_on_keeps_no_chunk_memory_after_its_read(
 ) -> None:
     """The timer that drops an early fetch nobody took must not hold one a flight took:
     its chunk buffer would outlive the read (under faults, by dozens at once)."""
-    monkeypatch.setattr("spoke.cache.KEPT_S", 3600.0)
+    monkeypatch.setattr("spoke.cache.engine.KEPT_S", 3600.0)
     spoke = await make_spoke(readahead_chunks=0, sequential_readahead_chunks=0)
     await learn_chunk_size(http, spoke)
     data = dataset[1]["ds/big.bin"]

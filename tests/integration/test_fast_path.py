@@ -253,7 +253,7 @@ async def test_plain_reads_count_hits_like_the_general_path(
 
 
 def chunk_file(cache_dir: Path, etag: str, index: int) -> Path:
-    from spoke.keys import chunk_name, version_id
+    from spoke.cache.keys import chunk_name, version_id
 
     name = chunk_name(version_id(BIG, etag, CHUNK), index)
     return cache_dir / "chunks" / name[:2] / name

@@ -89,7 +89,7 @@ async def test_healthz(
     status, headers, body = await fetch(http, f"{server.url}/healthz")
     assert status == 200
     assert headers["Content-Type"].split(";")[0] == "application/json"
-    # The hub also says its chunk size: a spoke asks it at start (spoke.ahead).
+    # The hub also says its chunk size: a spoke asks it at start (spoke.cache.early).
     expected = {"status": "ok", "chunk_size": CHUNK} if server is hub else {"status": "ok"}
     assert json.loads(body) == expected
 

@@ -195,7 +195,7 @@ async def test_hostile_manifest_paths_are_refused(hub: RunningServer, target: st
 
 
 SPOKE_ESCAPE_BUG = (
-    "BUG: spoke/hub_client.py _expect maps the hub's 400 (bad path, e.g. a symlink "
+    "BUG: spoke/upstream/hub.py _expect maps the hub's 400 (bad path, e.g. a symlink "
     "escaping the root) to BadGateway, so the spoke answers 502 instead of 400/404"
 )
 BOTH_WITH_SPOKE_BUG = [

@@ -44,7 +44,7 @@ async def test_a_disk_that_refuses_writes_still_serves_the_bytes(
 ) -> None:
     import errno
 
-    from spoke.handlers import CACHE
+    from spoke.serve.handlers import CACHE
 
     _, files = dataset
     spoke = await make_spoke()

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from spoke.handlers import CACHE
-from spoke.store import ChunkStore
+from spoke.cache.store import ChunkStore
+from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.servers import RunningServer, settled_stats
 

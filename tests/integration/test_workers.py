@@ -17,7 +17,7 @@ import pytest
 
 from loadtest.bench import process_tree
 from loadtest.procs import Process, start_process
-from spoke.cpus import spread
+from spoke.workers.cpus import spread
 from tests.conftest import CHUNK
 from tests.support.raw_http import raw_get
 from tests.support.servers import GatedBackend, RunningServer

@@ -41,8 +41,8 @@ from loadtest.simulate import (
     with_scan,
     zipf_objects,
 )
-from spoke.policy import POLICY_NAMES, ARCPolicy, LRUPolicy, S3FIFOPolicy
-from spoke.tinylfu import WTinyLFUPolicy
+from spoke.policy.base import POLICY_NAMES, ARCPolicy, LRUPolicy, S3FIFOPolicy
+from spoke.policy.tinylfu import WTinyLFUPolicy
 
 POLICIES = policy_factories()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spoke.client import Client, HubspokeError
+from spoke.client.clients import Client, HubspokeError
 from tests.security.conftest import AuthSpokeFactory, Mint
 
 

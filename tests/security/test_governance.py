@@ -56,7 +56,7 @@ async def test_max_age_drops_old_chunks_even_with_room_left(
     async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
         await resp.read()
     await settled_stats(http, spoke.url)
-    from spoke.handlers import CACHE
+    from spoke.serve.handlers import CACHE
 
     cache = spoke.app[CACHE]
     assert await cache.expire() == 0  # young chunks stay

@@ -1,4 +1,4 @@
-"""spoke.ahead: which manifest's chunk an early fetch is, and refusing any other bytes."""
+"""spoke.cache.early: which manifest's chunk an early fetch is, and refusing any other bytes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from protocol.chunks import chunk_count
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
-from spoke.ahead import Ahead
-from spoke.errors import VersionChanged
-from spoke.flight import Filling
+from spoke.cache.early import Ahead
+from spoke.cache.flight import Filling
+from spoke.upstream.errors import VersionChanged
 
 CHUNK = 1000
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import gc
 
-from spoke.flight import PAGE, BufferPool, Filling
+from spoke.cache.flight import PAGE, BufferPool, Filling
 
 LENGTH = 1 << 20
 

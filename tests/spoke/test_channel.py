@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from spoke.channel import MAX_MESSAGE_BYTES, Channel, channel_pair
 from spoke.config import config_from_args, parse_args
+from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair
 
 Received = list[tuple[list[Any], list[int]]]
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from spoke.slots import Backlog, PrioritySlots, SlotClaim
+from spoke.cache.slots import Backlog, PrioritySlots, SlotClaim
 
 
 async def settle() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spoke.config import config_from_args, parse_args
-from spoke.cpus import spread
+from spoke.workers.cpus import spread
 
 
 @pytest.mark.parametrize(("allowed", "processes", "expected"), [

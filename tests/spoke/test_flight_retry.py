@@ -18,13 +18,13 @@ import pytest
 from protocol.digests import digest
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
-from spoke.cache import ChunkCache
-from spoke.errors import HubUnavailable
-from spoke.flight import Filling
-from spoke.index import ChunkIndex
-from spoke.policy import make_policy
-from spoke.resilience import RetryPolicy
-from spoke.store import ChunkStore
+from spoke.cache.engine import ChunkCache
+from spoke.cache.flight import Filling
+from spoke.cache.index import ChunkIndex
+from spoke.cache.store import ChunkStore
+from spoke.policy.base import make_policy
+from spoke.upstream.errors import HubUnavailable
+from spoke.upstream.resilience import RetryPolicy
 from tests.support.backoff import HeldBackoff
 
 CHUNK = 1 << 20

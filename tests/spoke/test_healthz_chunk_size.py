@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spoke.hub_client import healthz_chunk_size
+from spoke.upstream.hub import healthz_chunk_size
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """OpenChunks: descriptors and read-only maps of chunk files, and the batch body built
-from them (spoke.plain.read_cached_body), on a real ChunkStore."""
+from them (spoke.serve.plain.read_cached_body), on a real ChunkStore."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import pytest
 from protocol.digests import digest
 from protocol.manifest import Manifest
 from protocol.response import plan_response
-from spoke.cache import ChunkGone
-from spoke.fds import OpenChunks
-from spoke.integrity import ChunkChecker, Expected
-from spoke.keys import chunk_name, manifest_version
-from spoke.objects import representation
-from spoke.plain import read_cached_body
-from spoke.reader_worker import Mirror
-from spoke.stats import SpokeStats
-from spoke.store import ChunkStore
+from spoke.cache.counters import SpokeStats
+from spoke.cache.engine import ChunkGone
+from spoke.cache.integrity import ChunkChecker, Expected
+from spoke.cache.keys import chunk_name, manifest_version
+from spoke.cache.open_chunks import OpenChunks
+from spoke.cache.store import ChunkStore
+from spoke.serve.objects import representation
+from spoke.serve.plain import read_cached_body
+from spoke.workers.worker import Mirror
 
 CHUNK = 64 << 10
 REPO = Path(__file__).resolve().parents[2]
@@ -112,10 +112,10 @@ def test_sending_a_view_of_a_file_that_shrank_fails_the_write_not_the_process(
         import errno, os, socket, sys
         sys.path.insert(0, {str(REPO)!r})
         from protocol.digests import digest
-        from spoke.fds import OpenChunks
-        from spoke.integrity import ChunkChecker, Expected
-        from spoke.stats import SpokeStats
-        from spoke.store import ChunkStore
+        from spoke.cache.open_chunks import OpenChunks
+        from spoke.cache.integrity import ChunkChecker, Expected
+        from spoke.cache.counters import SpokeStats
+        from spoke.cache.store import ChunkStore
         store = ChunkStore({str(tmp_path / "cache")!r}, direct=False)
         data = os.urandom(1 << 20)
         store.write("chunk", data)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from spoke.plan_policy import PlanAwarePolicy
-from spoke.policy import LRUPolicy, make_policy
+from spoke.policy.base import LRUPolicy, make_policy
+from spoke.policy.plan_aware import PlanAwarePolicy
 
 UNKNOWN: dict[str, float] = {}
 

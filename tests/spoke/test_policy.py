@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from spoke.policy import (
+from spoke.policy.base import (
     POLICY_NAMES,
     ARCPolicy,
     EvictionPolicy,
@@ -16,7 +16,7 @@ from spoke.policy import (
     S3FIFOPolicy,
     make_policy,
 )
-from spoke.tinylfu import FrequencySketch, WTinyLFUPolicy
+from spoke.policy.tinylfu import FrequencySketch, WTinyLFUPolicy
 
 CHUNK = 100  # bytes; small numbers keep the hand-computed expectations readable
 K = TypeVar("K", bound=Hashable)

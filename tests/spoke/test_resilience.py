@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from spoke.errors import BadGateway, HubRefused, HubTimeout, HubUnavailable, ObjectNotFound
-from spoke.resilience import (
+from spoke.upstream.errors import BadGateway, HubRefused, HubTimeout, HubUnavailable, ObjectNotFound
+from spoke.upstream.resilience import (
     CLOSED,
     HALF_OPEN,
     OPEN,

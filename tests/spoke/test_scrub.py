@@ -13,11 +13,11 @@ import pytest
 
 from protocol.digests import digest
 from service.background import ErrorCounts
-from spoke import scrub
-from spoke.integrity import Expected
-from spoke.scrub import BackgroundScrub
-from spoke.stats import SpokeStats
-from spoke.store import ChunkStore
+from spoke.cache import scrub
+from spoke.cache.counters import SpokeStats
+from spoke.cache.integrity import Expected
+from spoke.cache.scrub import BackgroundScrub
+from spoke.cache.store import ChunkStore
 
 CHUNK = 64 << 10
 WAIT_S = 10.0

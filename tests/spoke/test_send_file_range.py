@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spoke.plain import WRITE_BLOCK_BYTES, send_file_range
+from spoke.serve.plain import WRITE_BLOCK_BYTES, send_file_range
 
 
 class _QueuedConnection:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from spoke.flight import Filling
-from spoke.store import ChunkStore
+from spoke.cache.flight import Filling
+from spoke.cache.store import ChunkStore
 
 SIZES = [0, 1, 4095, 4096, 4097, (4 << 20) + 123]
 

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from loadtest.procs import Process, start_process
-from spoke.torch_dataset import ShardedSamples
+from spoke.client.torch_dataset import ShardedSamples
 from tests.support.servers import write_dataset
 
 TOKENS = 512  # small samples keep the test fast; the layout is the reference one

@@ -33,7 +33,7 @@ from toxiproxy.exceptions import NotFound
 
 from hub.config import HubConfig
 from loadtest.wan import WanProxy, add_bandwidth, add_latency, create_hub_proxy, start_toxiproxy
-from spoke.handlers import CONFIG
+from spoke.serve.handlers import CONFIG
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.servers import RunningServer, settled_stats, start_hub
 
@@ -193,7 +193,7 @@ async def test_latency_cold_read_crosses_the_link_warm_read_does_not(
     add_latency(wan.proxy, int(LATENCY_S * 1000))
     spoke = await wan_spoke()
 
-    # A fresh spoke asks for the manifest and the chunk at once (spoke.ahead): it knows
+    # A fresh spoke asks for the manifest and the chunk at once (spoke.cache.early): it knows
     # the hub's chunk size from its /healthz.
     fresh, reply = await timed(http, f"{spoke.url}/objects/ds/partial.bin", chunk_range(0))
     assert reply.status == 206 and reply.headers["X-Cache"] == "MISS"

@@ -1,0 +1,1 @@
+"""Eviction policies: ordering hooks over one contract, sized in bytes, standard library only."""

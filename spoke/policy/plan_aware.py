@@ -1,0 +1,235 @@
+"""PlanAwarePolicy: Belady on the part of the future that loaders told us.
+
+When a loader has registered its read order (``POST /plans``), the spoke knows,
+for the chunks that plan mentions, when each is needed next. Belady's rule is
+then optimal for those chunks: evict the one whose next use is furthest away,
+and do not admit a chunk whose next use is further than everything it would
+push out (it would be evicted before it is used). Chunks no plan mentions are
+ordered by the configured policy (LRU, ARC, S3-FIFO) and go first; and so that
+jobs without a plan are not starved, planned chunks give way to them once they
+hold more than ``planned_share`` of the capacity. Several plans share that part fairly:
+each planned chunk belongs to the plan that needs it soonest (``owner(key)``), and a plan
+under its fair share (``planned_share`` of the capacity over the number of plans holding
+or bringing chunks) makes room at the expense of a plan over its own, evicting that
+plan's chunk needed last, where Belady's rule alone would let the plan with the nearer
+future keep everything.
+
+Pure: the plan knowledge comes in as ``next_use(key)``, the distance in planned
+reads to the key's next use after the current read (``inf`` when no plan needs
+it any more). Stored
+distances go stale as loaders read, so they are re-checked before a victim is
+chosen (a bounded number of times per eviction).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+from spoke.policy.base import EvictionPolicy
+
+K = TypeVar("K", bound=Hashable)
+NextUse = Callable[[Any], float]
+Owner = Callable[[Any], Hashable | None]
+# A fair-share eviction picks the furthest-needed among this many of the plan's chunks:
+# Belady within the plan, at a bounded cost per eviction.
+_FAIR_SAMPLE = 64
+
+_MAX_RECHECKS = 64
+
+
+class PlanAwarePolicy(Generic[K]):
+    def __init__(
+        self, base: EvictionPolicy[K], next_use: NextUse, planned_share: float = 0.9,
+        owner: Owner | None = None,
+    ) -> None:
+        self.base = base
+        self.name = base.name
+        self.capacity_bytes = base.capacity_bytes
+        self.planned_share = planned_share
+        self._next_use = next_use
+        self._owner = owner
+        self._owner_of: dict[K, Hashable] = {}  # planned key -> the plan it counts against
+        self._owned: dict[Hashable, dict[K, int]] = {}  # plan -> its planned keys -> size
+        self._owned_bytes: dict[Hashable, int] = {}
+        self.fair_evictions = 0
+        self._planned: dict[K, int] = {}  # resident keys under Belady's rule -> size
+        self._planned_bytes = 0
+        self._sizes: dict[K, int] = {}  # every resident key -> size
+        self._bytes = 0  # sum of _sizes, kept as it changes (the simulator reads it per step)
+        self._heap: list[tuple[float, int, K]] = []  # (-distance, tiebreak, key), lazy
+        self._counter = 0
+        self.refused = 0  # admissions declined because residents are needed sooner
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sizes
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    @property
+    def resident_bytes(self) -> int:
+        return self._bytes
+
+    def admit(self, key: K) -> None:
+        self.base.admit(key)
+
+    def evict(self, incoming: K | None = None) -> K | None:
+        """An unplanned victim if there is one, else the planned key needed last.
+
+        ``None`` when the incoming key is needed later than every resident planned
+        key: admitting it could only cost hits (Belady's bypass).
+        """
+        victim = self._evict_unplanned(incoming)
+        if victim is None:
+            victim = self._evict_unfair(incoming)
+        if victim is None:
+            victim = self._evict_planned(incoming)
+        if victim is not None:
+            self._bytes -= self._sizes.pop(victim)
+        return victim
+
+    def insert(self, key: K, size: int) -> None:
+        self.remove(key)
+        self._sizes[key] = size
+        self._bytes += size
+        distance = self._next_use(key)
+        if math.isinf(distance):
+            self.base.insert(key, size)
+        else:
+            self._plan(key, size, distance)
+
+    def touch(self, key: K) -> None:
+        if key in self._planned:
+            self._push(key, self._next_use(key))  # its next use moved on
+        else:
+            self.base.touch(key)
+
+    def remove(self, key: K) -> None:
+        old = self._sizes.pop(key, None)
+        if old is None:
+            return
+        self._bytes -= old
+        size = self._planned.pop(key, None)
+        if size is None:
+            self.base.remove(key)
+        else:
+            self._planned_bytes -= size
+            self._disown(key)
+
+    def keys(self) -> list[K]:
+        planned = sorted(self._planned, key=self._next_use, reverse=True)
+        return self.base.keys() + planned
+
+    def would_keep(self, key: K) -> bool:
+        """Whether ``key``, if fetched now, would be admitted (a cheap estimate)."""
+        if len(self.base) or not self._heap:
+            return True
+        return self._next_use(key) < -self._heap[0][0]
+
+    def _evict_unplanned(self, incoming: K | None) -> K | None:
+        while True:
+            victim = self.base.evict(incoming)
+            if victim is None:
+                return None
+            distance = self._next_use(victim)
+            if math.isinf(distance):
+                return victim
+            # A plan needs it: keep it, under Belady's rule from now on.
+            self._plan(victim, self._sizes[victim], distance)
+
+    def _evict_planned(self, incoming: K | None) -> K | None:
+        incoming_distance = math.inf if incoming is None else self._next_use(incoming)
+        victim, distance = self._furthest()
+        if victim is None:
+            return None
+        unplanned_newcomer = math.isinf(incoming_distance)
+        over_share = self._planned_bytes > self.planned_share * self.capacity_bytes
+        needed_sooner = distance < incoming_distance
+        if needed_sooner and not (unplanned_newcomer and over_share):
+            self._push(victim, distance)
+            self.refused += 1
+            return None
+        self._planned_bytes -= self._planned.pop(victim)
+        self._disown(victim)
+        return victim
+
+    def _plan(self, key: K, size: int, distance: float) -> None:
+        self._planned[key] = size
+        self._planned_bytes += size
+        self._push(key, distance)
+        owner = None if self._owner is None else self._owner(key)
+        if owner is not None:
+            self._owner_of[key] = owner
+            self._owned.setdefault(owner, {})[key] = size
+            self._owned_bytes[owner] = self._owned_bytes.get(owner, 0) + size
+
+    def _disown(self, key: K) -> None:
+        owner = self._owner_of.pop(key, None)
+        if owner is not None:
+            keys = self._owned[owner]
+            self._owned_bytes[owner] -= keys.pop(key)
+            if not keys:
+                del self._owned[owner], self._owned_bytes[owner]
+
+    def _evict_unfair(self, incoming: K | None) -> K | None:
+        """A chunk of the plan most over its fair share, when the incoming chunk's plan
+        is under its own; None when shares are fair (or plans are not tracked)."""
+        if self._owner is None or incoming is None:
+            return None
+        claimant = self._owner(incoming)
+        if claimant is None:
+            return None
+        held = self._owned_bytes
+        fair = self.planned_share * self.capacity_bytes / len(held.keys() | {claimant})
+        if held.get(claimant, 0) >= fair:
+            return None
+        hog = max(held, key=held.__getitem__, default=None)
+        if hog is None or hog == claimant or held[hog] <= fair:
+            return None
+        sample = list(itertools.islice(self._owned[hog], _FAIR_SAMPLE))
+        victim = max(sample, key=self._next_use)
+        self._planned_bytes -= self._planned.pop(victim)
+        self._disown(victim)
+        self.fair_evictions += 1
+        return victim
+
+    def _furthest(self) -> tuple[K | None, float]:
+        """The resident planned key with the furthest next use, popped from the heap."""
+        best: tuple[float, K] | None = None
+        for _ in range(_MAX_RECHECKS):
+            if not self._heap:
+                break
+            negative, _, key = heapq.heappop(self._heap)
+            if key not in self._planned:
+                continue  # evicted or removed since it was pushed
+            current = self._next_use(key)
+            if best is None or current > best[0]:
+                if best is not None:
+                    self._push(best[1], best[0])
+                best = (current, key)
+            else:
+                self._push(key, current)
+            if current >= -negative:
+                break  # the entry was current: the heap order holds
+        if best is None:
+            return None, 0.0
+        return best[1], best[0]
+
+    def _push(self, key: K, distance: float) -> None:
+        self._counter += 1
+        heapq.heappush(self._heap, (-distance, self._counter, key))
+        if len(self._heap) > 4 * len(self._planned) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        latest: dict[K, tuple[float, int, K]] = {}
+        for entry in self._heap:
+            key = entry[2]
+            if key in self._planned and (key not in latest or entry[1] > latest[key][1]):
+                latest[key] = entry
+        self._heap = list(latest.values())
+        heapq.heapify(self._heap)

@@ -1,0 +1,1 @@
+"""Fetching before loaders ask: read-ahead of sequential streams, warm jobs, and loaders' plans."""

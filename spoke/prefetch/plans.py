@@ -1,0 +1,297 @@
+"""Loader-ordered prefetch: a loader tells the spoke the order it will read.
+
+A plan is the list of reads a job will make, e.g. the shuffled sample order of
+its next epoch. The spoke turns it into the sequence of chunks those reads touch
+and then (1) fetches the next chunks of that sequence ahead of the reader, as
+background work that yields to demand, within a window of bytes, and (2) tells
+the eviction policy how far away each chunk's next use is, so it can apply
+Belady's rule (:mod:`spoke.policy.plan_aware`).
+
+The reader's position is learnt from its reads: requests carrying
+``X-Hubspoke-Plan: <id>`` move that plan's cursor to the chunk they touched.
+
+A plan belongs to the tenant that made it: only that tenant's requests see it,
+delete it or move its cursor; to anyone else it does not exist (404, never 403,
+so an id says nothing), and its prefetches count against its tenant's quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import math
+import secrets
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from protocol.chunks import chunk_slices
+from protocol.errors import ProtocolError
+from protocol.headers import PLAN_HEADER
+from protocol.manifest import Manifest
+from protocol.ranges import ByteRange
+from spoke.cache.engine import ChunkCache
+from spoke.cache.keys import ChunkKey
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PLAN_HEADER", "PlanRegistry", "PlannedRead", "ReadPlan"]
+
+# Bounds what one plan may cost the spoke: 4M reads is a 64 GiB epoch of 16 KiB samples.
+MAX_PLAN_READS = 4_000_000
+
+
+class PlanNotFound(ProtocolError):
+    status_hint = 404
+    title = "No such plan"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRead:
+    path: str
+    offset: int
+    length: int
+
+
+class ReadPlan:
+    """One job's planned reads, the chunks they touch, and how far its readers are.
+
+    Positions are read indices in the plan. The cursor is learnt from the reads
+    themselves: a read is recognised by its object and start offset, which are
+    unique within an epoch, so several workers reading slightly out of order move
+    the cursor to the furthest read seen without ever jumping to a later epoch.
+    """
+
+    def __init__(
+        self,
+        plan_id: str,
+        reads: list[tuple[int, int]],
+        touched: list[list[int]],
+        names: list[str],
+        where: dict[str, tuple[Manifest, int]],
+        tenant: str = "",
+    ) -> None:
+        self.id = plan_id
+        self.tenant = tenant
+        self.reads = len(reads)
+        self.where = where
+        self._names = names
+        self._ids = {name: i for i, name in enumerate(names)}
+        # (read, chunk) pairs in read order: what upcoming() walks.
+        self._seq_read = array("l")
+        self._seq_chunk = array("l")
+        self._positions: dict[int, array[int]] = {}
+        for position, chunks in enumerate(touched):
+            for chunk in chunks:
+                self._seq_read.append(position)
+                self._seq_chunk.append(chunk)
+                self._positions.setdefault(chunk, array("l")).append(position)
+        # Reads sorted by (object, offset) key, to recognise a read when it comes.
+        order = sorted(range(len(reads)), key=lambda i: reads[i])
+        self._keys = array("q", (_key(*reads[i]) for i in order))
+        self._key_positions = array("l", order)
+        # A read up to this far behind the cursor is a late worker, not a new epoch.
+        self._slack = max(1, min(4096, len(reads) // 4))
+        self.cursor = 0
+        self.moved = asyncio.Event()
+
+    def __len__(self) -> int:
+        return self.reads
+
+    @property
+    def distinct_chunks(self) -> int:
+        return len(self._names)
+
+    def observe(self, object_id: int, offset: int) -> None:
+        """A read of ``offset`` in object ``object_id`` arrived: move the cursor to it."""
+        key = _key(object_id, offset)
+        lo = bisect.bisect_left(self._keys, key)
+        hi = bisect.bisect_right(self._keys, key, lo)
+        floor = self.cursor - self._slack
+        best = None
+        for i in range(lo, hi):  # a handful: one per epoch the plan covers
+            position = self._key_positions[i]
+            if position >= floor and (best is None or position < best):
+                best = position
+        if best is not None and best > self.cursor:
+            self.cursor = best
+            self.moved.set()
+
+    def next_use(self, name: str) -> float:
+        """Planned reads until ``name`` is needed after the current read; ``inf`` if never.
+
+        Strictly after the cursor: the chunk being read now is in use already, and
+        what matters to eviction is when it will be wanted again.
+        """
+        chunk = self._ids.get(name)
+        if chunk is None:
+            return math.inf
+        occurrences = self._positions[chunk]
+        i = bisect.bisect_right(occurrences, self.cursor)
+        return math.inf if i == len(occurrences) else float(occurrences[i] - self.cursor)
+
+    def upcoming(self, limit: int) -> list[str]:
+        """The next ``limit`` distinct chunks from the cursor on, in order of need."""
+        seen: dict[str, None] = {}
+        for i in range(bisect.bisect_left(self._seq_read, self.cursor), len(self._seq_chunk)):
+            seen.setdefault(self._names[self._seq_chunk[i]])
+            if len(seen) >= limit:
+                break
+        return list(seen)
+
+    @property
+    def finished(self) -> bool:
+        return self.cursor >= self.reads - 1
+
+
+def _key(object_id: int, offset: int) -> int:
+    return (object_id << 44) | offset  # offsets below 16 TiB
+
+
+class PlanRegistry:
+    """Every active plan of one spoke, and their prefetchers."""
+
+    def __init__(self, window_bytes: int, concurrency: int = 4) -> None:
+        self._cache: ChunkCache | None = None
+        self.window_bytes = window_bytes
+        self.concurrency = concurrency
+        self._plans: dict[str, ReadPlan] = {}
+        self._object_ids: dict[str, int] = {}  # object path -> small int, for read keys
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def bind(self, cache: ChunkCache) -> None:
+        """Attach the cache (made after the policy that consults this registry)."""
+        self._cache = cache
+
+    @property
+    def cache(self) -> ChunkCache:
+        assert self._cache is not None, "PlanRegistry.bind() was not called"
+        return self._cache
+
+    def next_use(self, name: object) -> float:
+        """Distance to the next planned use of chunk ``name`` across all plans."""
+        if not self._plans or not isinstance(name, str):
+            return math.inf
+        return min(plan.next_use(name) for plan in self._plans.values())
+
+    def owner(self, name: object) -> str | None:
+        """The plan that needs chunk ``name`` soonest; None if no plan needs it again."""
+        best: tuple[float, str] | None = None
+        if isinstance(name, str):
+            for plan_id, plan in self._plans.items():
+                distance = plan.next_use(name)
+                if not math.isinf(distance) and (best is None or distance < best[0]):
+                    best = (distance, plan_id)
+        return None if best is None else best[1]
+
+    async def create(self, reads: Iterable[PlannedRead], tenant: str = "") -> ReadPlan:
+        manifests: dict[str, Manifest] = {}
+        planned: list[tuple[int, int]] = []
+        touched: list[list[int]] = []
+        names: dict[str, int] = {}
+        where: dict[str, tuple[Manifest, int]] = {}
+        for read in reads:
+            manifest = manifests.get(read.path)
+            if manifest is None:
+                manifest = manifests[read.path] = (await self.cache.manifest(read.path))[0]
+                self._object_ids.setdefault(read.path, len(self._object_ids))
+            stop = min(read.offset + read.length, manifest.size)
+            if read.offset >= stop:
+                continue
+            chunks = []
+            for s in chunk_slices(ByteRange(read.offset, stop), manifest.size,
+                                  manifest.chunk_size):
+                name = ChunkKey.of(manifest, s.index).name
+                chunks.append(names.setdefault(name, len(names)))
+                where.setdefault(name, (manifest, s.index))
+            planned.append((self._object_ids[read.path], read.offset))
+            touched.append(chunks)
+        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant)
+        self._plans[plan.id] = plan
+        self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan))
+        return plan
+
+    def get(self, plan_id: str, tenant: str = "") -> ReadPlan:
+        """Plan ``plan_id`` if ``tenant`` made it (another tenant's is not found)."""
+        plan = self._plans.get(plan_id)
+        if plan is None or plan.tenant != tenant:
+            raise PlanNotFound(f"no plan {plan_id!r}")
+        return plan
+
+    def plans(self, tenant: str | None = None) -> list[ReadPlan]:
+        """The plans ``tenant`` made; every plan when ``tenant`` is None."""
+        return [p for p in self._plans.values() if tenant is None or p.tenant == tenant]
+
+    def observe(self, plan_id: str, tenant: str, path: str, offsets: Iterable[int]) -> None:
+        """Reads by ``tenant`` of ``offsets`` in ``path`` that follow plan ``plan_id``
+        arrived (another tenant's reads do not move the plan)."""
+        plan = self._plans.get(plan_id)
+        object_id = self._object_ids.get(path)
+        if plan is not None and plan.tenant == tenant and object_id is not None:
+            for offset in offsets:
+                plan.observe(object_id, offset)
+
+    async def delete(self, plan_id: str, tenant: str = "") -> None:
+        self.get(plan_id, tenant)
+        await self._remove(plan_id)
+
+    async def _remove(self, plan_id: str) -> None:
+        del self._plans[plan_id]
+        task = self._tasks.pop(plan_id)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        for plan_id in list(self._plans):
+            await self._remove(plan_id)
+
+    async def _prefetch(self, plan: ReadPlan) -> None:
+        """Keep the window of chunks ahead of the plan's cursor cached."""
+        in_flight: dict[asyncio.Future[object], str] = {}
+        # Chunks tried while in the window are not tried again until they leave it:
+        # one the policy declined to keep would otherwise be fetched in a loop.
+        attempted: set[str] = set()
+        try:
+            while not plan.finished:
+                plan.moved.clear()
+                upcoming = plan.upcoming(self._window_chunks(plan))
+                attempted &= set(upcoming)
+                for name in upcoming:
+                    if len(in_flight) >= self.concurrency:
+                        break
+                    if name in attempted or self.cache.is_cached(*plan.where[name]):
+                        continue
+                    if not self.cache.worth_prefetching(*plan.where[name]):
+                        break  # needed later than all that is cached: no point yet
+                    attempted.add(name)
+                    in_flight[asyncio.ensure_future(self._fetch(plan, name))] = name
+                moved: asyncio.Future[object] = asyncio.ensure_future(plan.moved.wait())
+                done, _ = await asyncio.wait({*in_flight, moved},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                moved.cancel()
+                for task in done:
+                    in_flight.pop(task, None)
+        finally:
+            for task in in_flight:
+                task.cancel()
+
+    def _window_chunks(self, plan: ReadPlan) -> int:
+        """Chunks to keep ahead: the window, but when the plan's data does not fit in
+        half the cache, no more than an eighth of it, or prefetched chunks would push
+        out the ones about to be read."""
+        if not plan.where:
+            return 1
+        chunk_size = next(iter(plan.where.values()))[0].chunk_size
+        capacity = self.cache.capacity_bytes
+        fits = plan.distinct_chunks * chunk_size <= capacity // 2
+        window = min(self.window_bytes, capacity if fits else capacity // 8)
+        return max(1, window // chunk_size)
+
+    async def _fetch(self, plan: ReadPlan, name: str) -> None:
+        manifest, index = plan.where[name]
+        try:
+            await self.cache.prefetch(manifest, index, plan.tenant)
+        except ProtocolError as exc:
+            logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
+                        manifest.path, index, exc)
