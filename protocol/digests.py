@@ -1,9 +1,9 @@
 """Chunk digests. Pure functions over bytes; which algorithm is the hub's choice.
 
-xxh3-128 is the default: on the 2-core CI machine it hashed 4 MiB chunks at
-~26 GB/s, against ~7 GB/s for blake3 and ~1.9 GB/s for sha256, measured side by
-side by ``python -m loadtest.bench_digests``. At 500-800 MB/s of cold fills a
-sha256 would cost a third to half a core; xxh3 costs ~3 %. The digest guards against
+xxh3-128 is the default: the fastest of the three by far (``python -m
+loadtest.bench_digests`` measures them side by side; figures in docs/performance.md), so
+hashing every cold fill costs a small part of a core where sha256 would cost a large one.
+The digest guards against
 corruption on the WAN and on disk, not against a malicious hub (the hub is the
 source of truth; TLS protects the link).
 """

@@ -1,8 +1,8 @@
 """A connection protocol that answers plain reads itself and the rest through aiohttp.
 
-aiohttp's request machinery costs ~150 µs of CPU per request; nginx spends ~20 µs
-on a whole cache hit. For a 64 KiB sample read from the page cache that overhead is
-the read. A :class:`FastProtocol` reads each request head with
+aiohttp's request machinery costs several times what nginx spends on a whole cache
+hit. For a 64 KiB sample read from the page cache that overhead is the read. A
+:class:`FastProtocol` reads each request head with
 :mod:`protocol.http1` and offers it to the app's :data:`FastHandler`, which answers
 on the connection directly (synchronously when the bytes are at hand) or declines.
 On the first decline, the connection and every byte not yet answered go to

@@ -6,9 +6,8 @@ such a block has been freed, and trims the heap top above twice that. So whether
 server's large buffers (multi-range answers of up to 16 MiB, cold answer pieces)
 come from reused heap memory or from fresh pages depended on what it had served
 before. Fresh pages cost a zero-fill and a fault per page, far more on a VM whose
-free memory goes back to the host. Measured side by side on the CI VM, warm batches
-of 32 × 64 KiB samples from a spoke that had not run cold traffic: 772-817
-answers/s with glibc's default, 1,049-1,067 with these thresholds.
+free memory goes back to the host, and warm batches served by a spoke that had not run
+cold traffic were markedly slower with glibc's default (CHANGELOG, the malloc fix).
 """
 
 from __future__ import annotations

@@ -7,9 +7,8 @@ loader waits on; a store can wait, and the storing backlog
 (:class:`spoke.cache.slots.Backlog`)
 slows the fetches if it waits too long. So the storing threads run
 ``BACKGROUND_NICENESS`` steps nicer than the process: the kernel gives them the CPU
-the loop leaves, and less of it while the loop wants it. Measured side by side, cold
-sequential streaming through a 60 ms link: 0.603 -> 0.617 GB/s (median of 8 rounds
-each, the nicer side ahead in 7 of the 8).
+the loop leaves, and less of it while the loop wants it. Cold streaming gained from it,
+side by side (docs/bench-history.md, run 14).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ closed (evicted, purged) in the middle of a read that uses it.
 A batch of samples (a multi-range read) is sent from the chunk files mapped
 read-only instead (:meth:`OpenChunks.view`): its 64 KiB pieces then go from the
 page cache to the socket in one copy, the kernel's, not two (``pread`` into a new
-``bytes``, then the socket write). Side by side on 2 cores, 32 × 64 KiB batches
-went from 38.0k to 49.5k samples/s. The views are only ever handed to a plain TCP
+``bytes``, then the socket write), which is what lets batches keep up with single
+reads (docs/bench-history.md, run 10). The views are only ever handed to a plain TCP
 transport, so only the kernel reads the mapped bytes: a file that shrank under
 the map, or a disk error, fails that write (EFAULT, the connection is cut) where
 Python touching such a page would be killed by SIGBUS. Every use of an open chunk

@@ -16,11 +16,9 @@ read back into the page cache by the disk (``POSIX_FADV_WILLNEED``), so warm
 reads still find them there. A buffered write makes the CPU copy every byte into
 newly allocated page-cache pages, and on a VM whose free memory goes back to the
 host each new page also costs a host fault: that copy was most of the spoke's
-CPU in cold reads. Measured side by side on the CI VM, cold reads through 60 ms
-(``loadtest.bench``): the spoke's CPU 0.8-1.05 -> 0.5-0.6 cores, random 4 MiB
-0.27-0.38 -> 0.37-0.47 GB/s, sequential 0.34-0.38 -> 0.38-0.47 GB/s. Without the
-read-back, the training replay's first epoch read the just-stored chunks from
-disk on the event loop (6,450-6,580 samples/s against 7,740-8,490 with it).
+CPU in cold reads. Without the read-back, a training job's first epoch would read
+the just-stored chunks from disk on the event loop. (Side-by-side figures:
+docs/bench-history.md, runs 1-2.)
 """
 
 from __future__ import annotations
