@@ -145,7 +145,7 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
     from spoke.cache.engine import ChunkCache
     from spoke.cache.index import ChunkIndex
     from spoke.cache.store import ChunkStore
-    from spoke.policy.base import make_policy
+    from spoke.policy import make_policy
     from spoke.upstream.hub import HubClient
 
     hub = HubClient("http://127.0.0.1:9", connect_timeout_s=1, read_timeout_s=1,

@@ -20,7 +20,7 @@ from spoke.cache.engine import ChunkCache
 from spoke.cache.index import ChunkIndex, ChunkRow
 from spoke.cache.keys import ChunkKey
 from spoke.cache.store import ChunkStore
-from spoke.policy.base import make_policy
+from spoke.policy import make_policy
 from spoke.upstream.hub import HubClient
 
 CHUNK_BYTES = 4096

@@ -1,4 +1,4 @@
-"""Cross-check spoke.policy.base.S3FIFOPolicy against libCacheSim's S3FIFO, the reference.
+"""Cross-check spoke.policy.S3FIFOPolicy against libCacheSim's S3FIFO, the reference.
 
 libCacheSim is the S3-FIFO paper's authors' simulator, so its ``S3FIFO`` is the published
 behaviour. This replays the simulator's traces (same keys as object ids, same sizes, same
@@ -32,7 +32,7 @@ from typing import Any
 import libcachesim  # type: ignore[import-not-found, unused-ignore]
 
 from loadtest.simulate import Req, build, scenarios, simulate
-from spoke.policy.base import LRUPolicy, S3FIFOPolicy
+from spoke.policy import LRUPolicy, S3FIFOPolicy
 
 
 def libcachesim_hits(cls: Any, trace: Sequence[Req], capacity: int, warmup: int) -> int:

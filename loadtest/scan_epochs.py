@@ -57,7 +57,7 @@ from loadtest.procs import Process, start_process
 from loadtest.simulate import Req, Result, opt, policy_factories, shuffled_epochs, simulate
 from protocol.sizes import format_size
 from service.cli import positive, size_arg
-from spoke.policy.base import POLICY_NAMES
+from spoke.policy import POLICY_NAMES
 
 TRAIN, SCAN = "train", "scan"
 

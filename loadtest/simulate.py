@@ -3,7 +3,7 @@
     python -m loadtest.simulate            # the full run (minutes: the +plan replays dominate)
     python -m loadtest.simulate --quick    # smaller traces, for CI (seconds)
 
-Every policy is the project's own class, built by :func:`spoke.policy.base.make_policy` (LRU,
+Every policy is the project's own class, built by :func:`spoke.policy.make_policy` (LRU,
 ARC, S3-FIFO; W-TinyLFU from :mod:`spoke.policy.tinylfu`), driven exactly as
 ``spoke.cache.engine.ChunkCache`` drives it: on a hit ``touch(key)``; on a miss ``admit(key)``,
 then ``evict(key)`` while the fill would not fit, then ``insert(key, size)``. The
@@ -51,7 +51,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from spoke.policy.base import POLICY_NAMES, EvictionPolicy, make_policy
+from spoke.policy import POLICY_NAMES, EvictionPolicy, make_policy
 from spoke.policy.plan_aware import PlanAwarePolicy
 
 __all__ = [
@@ -572,7 +572,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
 
 
 def policy_factories() -> dict[str, PolicyFactory]:
-    """The project's policies by name, built with :func:`spoke.policy.base.make_policy`."""
+    """The project's policies by name, built with :func:`spoke.policy.make_policy`."""
 
     def factory(name: str) -> PolicyFactory:
         return lambda capacity: make_policy(name, capacity)

@@ -20,7 +20,7 @@ from spoke.cache.engine import ChunkCache
 from spoke.cache.scrub import BackgroundScrub, open_index, scrub
 from spoke.cache.store import ChunkStore
 from spoke.config import SpokeConfig
-from spoke.policy.base import make_policy
+from spoke.policy import make_policy
 from spoke.policy.plan_aware import PlanAwarePolicy
 from spoke.prefetch.plans import PlanRegistry
 from spoke.prefetch.readahead import SequentialReadahead

@@ -166,7 +166,7 @@ def stats_series(
                lambda: _ratio(stats.prefetch_used, stats.prefetched_chunks)),
         Series("spoke_plan_admissions_refused_total", "counter",
                "fills not kept because every cached chunk is needed sooner by a plan",
-               lambda: getattr(cache.policy, "refused", 0)),
+               lambda: cache.policy.refused),
         LabeledCounter("spoke_background_errors_total",
                        "errors of the spoke's background tasks, which carry on", "task",
                        lambda: cache.background_errors.counts),

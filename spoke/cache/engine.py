@@ -763,8 +763,7 @@ class ChunkCache:
         size = chunk_bounds(index, manifest.size, manifest.chunk_size).length
         if self.used_bytes + self._reserved_bytes + size <= self.capacity_bytes:
             return True
-        would_keep = getattr(self.policy, "would_keep", None)
-        return True if would_keep is None else bool(would_keep(ChunkKey.of(manifest, index).name))
+        return self.policy.would_keep(ChunkKey.of(manifest, index).name)
 
     async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
         """Make sure chunk ``index`` is cached, as background work; True if it was fetched.

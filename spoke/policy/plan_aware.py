@@ -27,9 +27,11 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from spoke.policy.base import EvictionPolicy
+from spoke.policy.base import EvictionPolicy, check_size
+
+__all__ = ["PlanAwarePolicy"]
 
 K = TypeVar("K", bound=Hashable)
 NextUse = Callable[[Any], float]
@@ -41,7 +43,16 @@ _FAIR_SAMPLE = 64
 _MAX_RECHECKS = 64
 
 
-class PlanAwarePolicy(Generic[K]):
+class PlanAwarePolicy(EvictionPolicy[K]):
+    """``base`` for the chunks no plan needs, Belady's rule for those a plan does.
+
+    The one policy that declines fills (``may_decline``): a newcomer needed later than
+    every resident planned chunk is turned away, counted in ``refused``, and
+    ``would_keep`` predicts it before the chunk is fetched.
+    """
+
+    may_decline: ClassVar[bool] = True
+
     def __init__(
         self, base: EvictionPolicy[K], next_use: NextUse, planned_share: float = 0.9,
         owner: Owner | None = None,
@@ -93,6 +104,7 @@ class PlanAwarePolicy(Generic[K]):
         return victim
 
     def insert(self, key: K, size: int) -> None:
+        check_size(size)  # before any accounting: a planned key never reaches base.insert()
         self.remove(key)
         self._sizes[key] = size
         self._bytes += size
@@ -125,10 +137,18 @@ class PlanAwarePolicy(Generic[K]):
         return self.base.keys() + planned
 
     def would_keep(self, key: K) -> bool:
-        """Whether ``key``, if fetched now, would be admitted (a cheap estimate)."""
+        """Whether ``key``, if fetched now, would be admitted (a cheap estimate).
+
+        The rule of :meth:`_evict_planned` on the furthest distance the heap holds:
+        kept unless needed later than it, and unplanned keys are kept while planned
+        ones hold more than their share.
+        """
         if len(self.base) or not self._heap:
             return True
-        return self._next_use(key) < -self._heap[0][0]
+        distance = self._next_use(key)
+        if math.isinf(distance) and self._over_share():
+            return True
+        return distance <= -self._heap[0][0]
 
     def _evict_unplanned(self, incoming: K | None) -> K | None:
         while True:
@@ -147,15 +167,17 @@ class PlanAwarePolicy(Generic[K]):
         if victim is None:
             return None
         unplanned_newcomer = math.isinf(incoming_distance)
-        over_share = self._planned_bytes > self.planned_share * self.capacity_bytes
         needed_sooner = distance < incoming_distance
-        if needed_sooner and not (unplanned_newcomer and over_share):
+        if needed_sooner and not (unplanned_newcomer and self._over_share()):
             self._push(victim, distance)
             self.refused += 1
             return None
         self._planned_bytes -= self._planned.pop(victim)
         self._disown(victim)
         return victim
+
+    def _over_share(self) -> bool:
+        return self._planned_bytes > self.planned_share * self.capacity_bytes
 
     def _plan(self, key: K, size: int, distance: float) -> None:
         self._planned[key] = size

@@ -32,9 +32,9 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Container, Hashable
-from typing import Generic, TypeVar
+from typing import TypeVar
 
-from spoke.policy.base import _check_capacity, _check_size, _drain, _Queue
+from spoke.policy.base import EvictionPolicy, SizedQueue, check_capacity, check_size, drain
 
 __all__ = ["FrequencySketch", "WTinyLFUPolicy"]
 
@@ -171,7 +171,7 @@ class FrequencySketch:
             self.additions //= 2
 
 
-class WTinyLFUPolicy(Generic[K]):
+class WTinyLFUPolicy(EvictionPolicy[K]):
     """W-TinyLFU: an LRU window, a segmented-LRU main space, a frequency-sketch duel."""
 
     name: str = "wtinylfu"
@@ -180,14 +180,14 @@ class WTinyLFUPolicy(Generic[K]):
     VICTIM_SAMPLE = 4  # probation's oldest keys the duel's victim is chosen from
 
     def __init__(self, capacity_bytes: int) -> None:
-        self.capacity_bytes = _check_capacity(capacity_bytes)
+        self.capacity_bytes = check_capacity(capacity_bytes)
         self.window_target_bytes = capacity_bytes // self.WINDOW_DIVISOR
         self.main_target_bytes = capacity_bytes - self.window_target_bytes
         self.protected_target_bytes = int(self.main_target_bytes * self.PROTECTED_SHARE)
-        self._window: _Queue[K] = _Queue()  # each queue: oldest (least recent) first
-        self._probation: _Queue[K] = _Queue()
-        self._protected: _Queue[K] = _Queue()
-        self._queue_of: dict[K, _Queue[K]] = {}  # exactly the resident keys
+        self._window: SizedQueue[K] = SizedQueue()  # each queue: oldest (least recent) first
+        self._probation: SizedQueue[K] = SizedQueue()
+        self._protected: SizedQueue[K] = SizedQueue()
+        self._queue_of: dict[K, SizedQueue[K]] = {}  # exactly the resident keys
         self.sketch = FrequencySketch()
 
     def __contains__(self, key: object) -> bool:
@@ -283,7 +283,7 @@ class WTinyLFUPolicy(Generic[K]):
         assert best is not None
         return best
 
-    def _move(self, key: K, source: _Queue[K], target: _Queue[K]) -> None:
+    def _move(self, key: K, source: SizedQueue[K], target: SizedQueue[K]) -> None:
         size = source.pop(key)
         assert size is not None
         target.push(key, size)
@@ -295,7 +295,7 @@ class WTinyLFUPolicy(Generic[K]):
 
     def insert(self, key: K, size: int) -> None:
         """A new key enters the window; a resident key is resized and hit."""
-        _check_size(size)
+        check_size(size)
         queue = self._queue_of.get(key)
         if queue is not None:
             queue.resize(key, size)
@@ -333,4 +333,4 @@ class WTinyLFUPolicy(Generic[K]):
         queues = {id(self._window): clone._window, id(self._probation): clone._probation}
         queues[id(self._protected)] = clone._protected
         clone._queue_of = {key: queues[id(queue)] for key, queue in self._queue_of.items()}
-        return _drain(clone)
+        return drain(clone)

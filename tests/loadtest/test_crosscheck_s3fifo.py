@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER_VARIANT = """
 import sys
 import loadtest.crosscheck_s3fifo as check
-from spoke.policy.base import S3FIFOPolicy
+from spoke.policy import S3FIFOPolicy
 
 class PaperS3FIFO(S3FIFOPolicy):
     def insert(self, key, size):

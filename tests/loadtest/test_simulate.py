@@ -41,8 +41,7 @@ from loadtest.simulate import (
     with_scan,
     zipf_objects,
 )
-from spoke.policy.base import POLICY_NAMES, ARCPolicy, LRUPolicy, S3FIFOPolicy
-from spoke.policy.tinylfu import WTinyLFUPolicy
+from spoke.policy import POLICY_NAMES, ARCPolicy, LRUPolicy, S3FIFOPolicy, WTinyLFUPolicy
 
 POLICIES = policy_factories()
 

@@ -22,7 +22,7 @@ from spoke.cache.engine import ChunkCache
 from spoke.cache.flight import Filling
 from spoke.cache.index import ChunkIndex
 from spoke.cache.store import ChunkStore
-from spoke.policy.base import make_policy
+from spoke.policy import make_policy
 from spoke.upstream.errors import HubUnavailable
 from spoke.upstream.resilience import RetryPolicy
 from tests.support.backoff import HeldBackoff

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from spoke.policy.base import LRUPolicy, make_policy
-from spoke.policy.plan_aware import PlanAwarePolicy
+from spoke.policy import LRUPolicy, PlanAwarePolicy, make_policy
 
 UNKNOWN: dict[str, float] = {}
 

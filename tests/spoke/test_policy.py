@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Hashable, Iterable
 from typing import Any, TypeVar
 
 import pytest
 
-from spoke.policy.base import (
+from spoke.policy import (
     POLICY_NAMES,
     ARCPolicy,
     EvictionPolicy,
     LRUPolicy,
+    PlanAwarePolicy,
     S3FIFOPolicy,
+    WTinyLFUPolicy,
     make_policy,
 )
-from spoke.policy.tinylfu import FrequencySketch, WTinyLFUPolicy
+from spoke.policy.tinylfu import FrequencySketch
 
 CHUNK = 100  # bytes; small numbers keep the hand-computed expectations readable
 K = TypeVar("K", bound=Hashable)
@@ -49,20 +52,51 @@ def run(policy: EvictionPolicy[K], trace: Iterable[K]) -> int:
 
 
 def drain(policy: EvictionPolicy[K]) -> list[K]:
+    """Evict until evict() gives None; keys left then must be a decline the policy declared."""
     victims: list[K] = []
+    refused = policy.refused
     while (victim := policy.evict()) is not None:
+        assert victim not in policy
         victims.append(victim)
+    if len(policy):
+        assert policy.may_decline, f"{policy.name} evicted nothing while keys stay"
+        assert policy.refused == refused + 1, "a decline must be counted in refused"
+    else:
+        assert policy.refused == refused, "evict() of an empty policy is not a decline"
     return victims
 
 
-@pytest.fixture(params=POLICY_NAMES)
+# The plan the contract's plan-aware policies know: a few keys needed soon, each at its
+# own distance, the rest never. Too few to pass the planned share (0.9 of the capacity),
+# so the wrapper declines newcomers rather than evict them: its declines get exercised.
+PLANNED = {"a": 5.0, "c": 3.0, "f": 8.0}
+
+
+def next_use(key: object) -> float:
+    if isinstance(key, int):
+        return float(key + 1) if key % 2 else math.inf  # the odd ones, half the hot keys
+    return PLANNED.get(str(key), math.inf)
+
+
+def build(name: str, capacity_bytes: int) -> EvictionPolicy[Any]:
+    """Policy ``name``, or for "plan+NAME" policy NAME wrapped as the spoke runs it."""
+    inner = name.removeprefix("plan+")
+    if inner == name:
+        return make_policy(name, capacity_bytes)
+    return PlanAwarePolicy(make_policy(inner, capacity_bytes), next_use)
+
+
+CONTRACT_NAMES = POLICY_NAMES + tuple(f"plan+{name}" for name in POLICY_NAMES)
+
+
+@pytest.fixture(params=CONTRACT_NAMES)
 def name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def policy(name: str) -> EvictionPolicy[str]:
-    return make_policy(name, 10 * CHUNK)
+    return build(name, 10 * CHUNK)
 
 
 class TestContract:
@@ -71,6 +105,10 @@ class TestContract:
     def test_new_policy_is_empty(self, policy: EvictionPolicy[str]) -> None:
         assert isinstance(policy, EvictionPolicy)
         assert policy.name in POLICY_NAMES
+        # Only the plan-aware wrapper turns fills away; the others take every one.
+        assert policy.may_decline == isinstance(policy, PlanAwarePolicy)
+        assert policy.refused == 0
+        assert policy.would_keep("a")
         assert policy.capacity_bytes == 10 * CHUNK
         assert len(policy) == 0
         assert policy.resident_bytes == 0
@@ -89,11 +127,15 @@ class TestContract:
     def test_evict_returns_each_resident_key_then_none(self, policy: EvictionPolicy[str]) -> None:
         for key in "abcde":
             policy.insert(key, CHUNK)
-        victims = [policy.evict() for _ in range(5)]
-        assert (len(victims), set(victims)) == (5, set("abcde"))
+        victims = drain(policy)
+        left = policy.keys()
+        assert len(victims) == len(set(victims))
+        assert (sorted(victims + left), len(policy)) == (list("abcde"), len(left))
+        assert policy.resident_bytes == CHUNK * len(left)
+        assert not any(key in policy for key in victims)
+        # What stays is what the plan needs (a, c): every other key was evicted.
+        assert left == ([] if not policy.may_decline else ["a", "c"])
         assert policy.evict() is None
-        assert (len(policy), policy.resident_bytes) == (0, 0)
-        assert not any(key in policy for key in "abcde")
 
     def test_keys_lists_victims_in_eviction_order(self, policy: EvictionPolicy[str]) -> None:
         for key in "abcdefghij":
@@ -103,7 +145,9 @@ class TestContract:
         expected = policy.keys()
         assert len(expected) == 10
         assert policy.keys() == expected, "keys() must not change the policy"
-        assert drain(policy) == expected
+        victims = drain(policy)
+        assert victims + policy.keys() == expected
+        assert len(victims) == (7 if policy.may_decline else 10)  # a, c, f are planned
 
     def test_remove_forgets_resident_key(self, policy: EvictionPolicy[str]) -> None:
         policy.insert("a", CHUNK)
@@ -130,19 +174,22 @@ class TestContract:
         policy.insert("a", 60)
         assert (len(policy), policy.resident_bytes) == (2, CHUNK + 60)
         victims = drain(policy)
-        assert (len(victims), set(victims)) == (2, {"a", "b"})
-        assert policy.resident_bytes == 0
+        assert sorted(victims + policy.keys()) == ["a", "b"]
+        assert policy.resident_bytes == (60 if "a" in policy else 0)
 
     def test_rejects_negative_sizes(self, policy: EvictionPolicy[str]) -> None:
-        with pytest.raises(ValueError, match="size"):
-            policy.insert("a", -1)
-        assert len(policy) == 0
+        for key in "ab":  # a planned key, an unplanned one
+            with pytest.raises(ValueError, match="size"):
+                policy.insert(key, -1)
+        assert (len(policy), policy.resident_bytes) == (0, 0)
 
     @pytest.mark.parametrize("seed", [0, 1, 2])
     def test_random_caller_protocol_keeps_model(self, name: str, seed: int) -> None:
-        """Thousands of mixed reads, refills and purges against a model of resident bytes."""
+        """Thousands of mixed reads, refills and purges against a model of resident bytes;
+        a policy that declines fills does so only as it declared, and as it hinted."""
         rng = random.Random(seed)
-        policy: EvictionPolicy[int] = make_policy(name, 10 * CHUNK + 37)  # not a CHUNK multiple
+        policy: EvictionPolicy[int] = build(name, 10 * CHUNK + 37)  # not a CHUNK multiple
+        declines = 0
         model: dict[int, int] = {}  # resident key -> size, as the caller sees it
         sizes = {key: CHUNK if key % 4 else 7 + key for key in range(60)}
         hot = range(8)
@@ -161,19 +208,36 @@ class TestContract:
                 policy.touch(key)
             else:
                 assert key not in policy
+                needs_room = sum(model.values()) + sizes[key] > policy.capacity_bytes
+                kept = policy.would_keep(key)
+                assert kept or policy.may_decline, f"step {step}: undeclared hint"
                 policy.admit(key)
+                refused = policy.refused
                 while sum(model.values()) + sizes[key] > policy.capacity_bytes:
                     victim = policy.evict(key)
+                    if victim is None:
+                        assert policy.may_decline, f"step {step}: evicted nothing"
+                        assert policy.refused == refused + 1, f"step {step}: uncounted"
+                        declines += 1
+                        break
                     assert victim in model, f"step {step}: evicted non-resident {victim!r}"
                     del model[victim]
-                policy.insert(key, sizes[key])
-                model[key] = sizes[key]
+                else:
+                    assert kept or not needs_room, f"step {step}: kept {key} against its hint"
+                    policy.insert(key, sizes[key])
+                    model[key] = sizes[key]
             assert policy.resident_bytes == sum(model.values()) <= policy.capacity_bytes
             assert len(policy) == len(model)
             if step % 50 == 0:
                 resident = policy.keys()
                 assert (len(resident), set(resident)) == (len(model), set(model))
-                check_invariants(policy, sizes)
+                if isinstance(policy, PlanAwarePolicy):
+                    assert set(policy.base.keys()) <= set(resident)
+                    check_invariants(policy.base, sizes)
+                else:
+                    check_invariants(policy, sizes)
+        assert policy.refused == declines
+        assert (declines > 0) == policy.may_decline  # the declines were exercised
 
 
 def check_invariants(policy: EvictionPolicy[Any], sizes: dict[int, int]) -> None:
