@@ -15,7 +15,7 @@ from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
 from service.tls import client_context
-from spoke.cache.counters import SpokeStats, read_latency_histograms, stats_series
+from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
 from spoke.cache.scrub import BackgroundScrub, open_index, scrub
 from spoke.cache.store import ChunkStore
@@ -28,6 +28,7 @@ from spoke.prefetch.warm import WarmJobs
 from spoke.serve import handlers
 from spoke.serve.fast import FastObjectReads
 from spoke.serve.objects import ObjectReads
+from spoke.serve.stats import read_latency_histograms, stats_series
 from spoke.upstream.hub import HubClient
 from spoke.upstream.resilience import CircuitBreaker, RetryPolicy
 from spoke.workers.pool import READERS, ReaderPool

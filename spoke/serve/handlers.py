@@ -19,13 +19,13 @@ from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
 from service.listing import listing
 from service.metrics import Histogram, metrics_response
-from spoke.cache.counters import stats_snapshot
 from spoke.cache.engine import ChunkCache
 from spoke.config import SpokeConfig
 from spoke.prefetch.plans import MAX_PLAN_READS, PlannedRead, PlanRegistry, ReadPlan
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.serve.objects import ObjectReads, boundary_watch, watched
+from spoke.serve.stats import stats_snapshot
 from spoke.upstream.errors import VersionChanged
 from spoke.workers.pool import READERS
 
