@@ -22,7 +22,8 @@ from spoke.cache.store import ChunkStore
 from spoke.config import SpokeConfig
 from spoke.policy.base import make_policy
 from spoke.policy.plan_aware import PlanAwarePolicy
-from spoke.prefetch.plans import PlanRegistry
+from spoke.prefetch.plan_prefetch import PlanPrefetcher
+from spoke.prefetch.plans import PlanBook
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.serve import handlers
@@ -106,13 +107,18 @@ def routes(config: SpokeConfig) -> RouteTable:
 
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
-    cache, plans = await open_cache(config)
+    book = PlanBook()
+    cache = await open_cache(config, book)
+    plans = PlanPrefetcher(
+        book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
+    )
     app[handlers.CACHE] = cache
+    app[handlers.PLAN_BOOK] = book
     app[handlers.PLANS] = plans
     readahead = SequentialReadahead(cache, config.sequential_readahead_chunks)
     app[handlers.READAHEAD] = readahead
     app[handlers.READS] = ObjectReads(
-        cache, plans, readahead, config.readahead_chunks, app[handlers.READ_LATENCY]
+        cache, book, readahead, config.readahead_chunks, app[handlers.READ_LATENCY]
     )
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
@@ -137,7 +143,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
         await cache.hub.close()
 
 
-async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
+async def open_cache(config: SpokeConfig, plans: PlanBook) -> ChunkCache:
+    """The spoke's cache, opened, with an eviction policy that consults ``plans``."""
     store = ChunkStore(config.cache_dir)
     loop = asyncio.get_running_loop()
     # Re-hashes chunk files when the index turns out damaged: off the event loop.
@@ -155,9 +162,6 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
         ssl_context=client_context(config.hub_ca) if config.hub_ca else None,
     )
     await hub.start()
-    plans = PlanRegistry(
-        config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
-    )
     cache = ChunkCache(
         store=store,
         index=index,
@@ -179,6 +183,5 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
             failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s
         ),
     )
-    plans.bind(cache)
     await cache.open()
-    return cache, plans
+    return cache

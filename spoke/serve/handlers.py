@@ -21,7 +21,8 @@ from service.listing import listing
 from service.metrics import Histogram, metrics_response
 from spoke.cache.engine import ChunkCache
 from spoke.config import SpokeConfig
-from spoke.prefetch.plans import MAX_PLAN_READS, PlannedRead, PlanRegistry, ReadPlan
+from spoke.prefetch.plan_prefetch import PlanPrefetcher
+from spoke.prefetch.plans import MAX_PLAN_READS, PlanBook, PlannedRead, ReadPlan
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.serve.objects import ObjectReads, boundary_watch, watched
@@ -31,7 +32,8 @@ from spoke.workers.pool import READERS
 
 CACHE = web.AppKey("cache", ChunkCache)
 WARM = web.AppKey("warm", WarmJobs)
-PLANS = web.AppKey("plans", PlanRegistry)
+PLANS = web.AppKey("plans", PlanPrefetcher)
+PLAN_BOOK = web.AppKey("plan_book", PlanBook)
 READAHEAD = web.AppKey("readahead", SequentialReadahead)
 READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
 READS = web.AppKey("reads", ObjectReads)
@@ -189,12 +191,12 @@ def _plan_view(plan: ReadPlan) -> dict[str, object]:
 
 
 async def get_plan(request: web.Request) -> web.Response:
-    plan = request.app[PLANS].get(request.match_info["id"], _tenant(request))
+    plan = request.app[PLAN_BOOK].get(request.match_info["id"], _tenant(request))
     return web.json_response(_plan_view(plan))
 
 
 async def list_plans(request: web.Request) -> web.Response:
-    plans = request.app[PLANS].plans(_tenant(request))
+    plans = request.app[PLAN_BOOK].plans(_tenant(request))
     return web.json_response({"plans": [_plan_view(p) for p in plans]})
 
 
