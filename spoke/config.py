@@ -20,9 +20,10 @@ from service.limits import (
     add_limit_flags,
 )
 from service.tls import add_tls_flags, parse_checked
-from spoke.workers.cpus import AFFINITIES
 
 POLICIES = ("arc", "lru", "s3fifo", "wtinylfu")
+# --cpu-affinity: "spread" binds each process to one CPU (spoke.workers.cpus says when it pays).
+AFFINITIES = ("off", "spread")
 # ``--workers auto``: two processes per core, not one. SO_REUSEPORT spreads a loader's
 # connections over the processes by hash, unevenly (64 connections over two split as
 # 24/40 in two of three runs), and a process that got more waits on its own core
