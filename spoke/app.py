@@ -58,7 +58,8 @@ def make_app(config: SpokeConfig) -> web.Application:
     app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
     if config.workers > 1:
-        app[READERS] = ReaderPool()  # started once the port is known (spoke.__main__)
+        readers = ReaderPool()  # started once the port is known (spoke.__main__)
+        app[READERS] = app[handlers.READER_WORKERS] = readers
     app.cleanup_ctx.append(_cache_context)
     add_routes(app, [
         ("GET", "/objects/{path:.+}", handlers.get_object),

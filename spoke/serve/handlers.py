@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from typing import Protocol
 
 import msgpack
 from aiohttp import web
@@ -28,7 +29,21 @@ from spoke.prefetch.warm import WarmJobs
 from spoke.serve.objects import ObjectReads, boundary_watch, watched
 from spoke.serve.stats import stats_snapshot
 from spoke.upstream.errors import VersionChanged
-from spoke.workers.pool import READERS
+
+
+class ReaderWorkers(Protocol):
+    """The reader worker processes (:class:`spoke.workers.pool.ReaderPool`) as the handlers
+    see them: a protocol, because the workers run this package's reads, not the reverse."""
+
+    handed_over: int  # connections readers passed to this process
+    restarts: int  # readers replaced after dying on their own
+
+    @property
+    def alive(self) -> int: ...
+
+    async def sync(self) -> None:
+        """Return once every reader has applied every cache change told so far."""
+
 
 CACHE = web.AppKey("cache", ChunkCache)
 WARM = web.AppKey("warm", WarmJobs)
@@ -39,6 +54,8 @@ READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
 READS = web.AppKey("reads", ObjectReads)
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+# Set (to the same pool as spoke.workers.pool.READERS) when the spoke runs reader workers.
+READER_WORKERS: web.AppKey[ReaderWorkers] = web.AppKey("reader_workers")
 
 
 async def get_object(request: web.Request) -> web.StreamResponse:
@@ -99,7 +116,7 @@ async def get_stats(request: web.Request) -> web.Response:
     if claims is not None and "" not in claims.prefixes:
         covered = functools.partial(allows, claims)
     snapshot = stats_snapshot(request.app[CACHE], covered)
-    readers = request.app.get(READERS)
+    readers = request.app.get(READER_WORKERS)
     if readers is not None:
         snapshot["reader_workers"] = readers.alive
         snapshot["handed_over_connections"] = readers.handed_over
@@ -115,7 +132,7 @@ async def delete_cache(request: web.Request) -> web.Response:
         removed = await cache.purge(prefix=validate_prefix(raw))
     else:
         removed = await cache.purge(path=validate_path(raw))
-    readers = request.app.get(READERS)
+    readers = request.app.get(READER_WORKERS)
     if readers is not None:
         await readers.sync()  # no reader worker serves a purged chunk after this answer
     return web.json_response({"purged_chunks": removed})
