@@ -1,6 +1,6 @@
 # Two entry points, each self-contained on a fresh machine:
 #   make demo   -- hub over a generated dataset, a spoke, a cold then warm loader pass
-#   make test   -- lint, type-check and the full test suite
+#   make test   -- lint, type-check, import contracts and the full test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -28,6 +28,7 @@ tools:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: tools lint
 	$(BIN)/python -m pytest -q
@@ -49,4 +50,4 @@ simulate: venv
 	$(BIN)/python -m loadtest.simulate $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -73,7 +73,7 @@ from loadtest.replay import (
     summarize,
 )
 from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
-from spoke.workers.cpus import AFFINITIES
+from spoke.config import AFFINITIES
 
 MiB = 1 << 20
 GiB = 1 << 30

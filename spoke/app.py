@@ -15,19 +15,21 @@ from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
 from service.tls import client_context
-from spoke.cache.counters import SpokeStats, read_latency_histograms, stats_series
+from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
 from spoke.cache.scrub import BackgroundScrub, open_index, scrub
 from spoke.cache.store import ChunkStore
 from spoke.config import SpokeConfig
 from spoke.policy import make_policy
 from spoke.policy.plan_aware import PlanAwarePolicy
-from spoke.prefetch.plans import PlanRegistry
+from spoke.prefetch.plan_prefetch import PlanPrefetcher
+from spoke.prefetch.plans import PlanBook
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.serve import handlers
 from spoke.serve.fast import FastObjectReads
 from spoke.serve.objects import ObjectReads
+from spoke.serve.stats import read_latency_histograms, stats_series
 from spoke.upstream.hub import HubClient
 from spoke.upstream.resilience import CircuitBreaker, RetryPolicy
 from spoke.workers.pool import READERS, ReaderPool
@@ -56,7 +58,8 @@ def make_app(config: SpokeConfig) -> web.Application:
     app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
     if config.workers > 1:
-        app[READERS] = ReaderPool()  # started once the port is known (spoke.__main__)
+        readers = ReaderPool()  # started once the port is known (spoke.__main__)
+        app[READERS] = app[handlers.READER_WORKERS] = readers
     app.cleanup_ctx.append(_cache_context)
     add_routes(app, [
         ("GET", "/objects/{path:.+}", handlers.get_object),
@@ -105,13 +108,18 @@ def routes(config: SpokeConfig) -> RouteTable:
 
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
-    cache, plans = await open_cache(config)
+    book = PlanBook()
+    cache = await open_cache(config, book)
+    plans = PlanPrefetcher(
+        book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
+    )
     app[handlers.CACHE] = cache
+    app[handlers.PLAN_BOOK] = book
     app[handlers.PLANS] = plans
     readahead = SequentialReadahead(cache, config.sequential_readahead_chunks)
     app[handlers.READAHEAD] = readahead
     app[handlers.READS] = ObjectReads(
-        cache, plans, readahead, config.readahead_chunks, app[handlers.READ_LATENCY]
+        cache, book, readahead, config.readahead_chunks, app[handlers.READ_LATENCY]
     )
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
@@ -136,7 +144,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
         await cache.hub.close()
 
 
-async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
+async def open_cache(config: SpokeConfig, plans: PlanBook) -> ChunkCache:
+    """The spoke's cache, opened, with an eviction policy that consults ``plans``."""
     store = ChunkStore(config.cache_dir)
     loop = asyncio.get_running_loop()
     # Re-hashes chunk files when the index turns out damaged: off the event loop.
@@ -154,9 +163,6 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
         ssl_context=client_context(config.hub_ca) if config.hub_ca else None,
     )
     await hub.start()
-    plans = PlanRegistry(
-        config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
-    )
     cache = ChunkCache(
         store=store,
         index=index,
@@ -178,6 +184,5 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
             failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s
         ),
     )
-    plans.bind(cache)
     await cache.open()
-    return cache, plans
+    return cache

@@ -21,8 +21,9 @@ from service.limits import (
 )
 from service.tls import add_tls_flags, parse_checked
 from spoke.policy import POLICY_NAMES as POLICIES
-from spoke.workers.cpus import AFFINITIES
 
+# --cpu-affinity: "spread" binds each process to one CPU (spoke.workers.cpus says when it pays).
+AFFINITIES = ("off", "spread")
 # ``--workers auto``: two processes per core, not one. SO_REUSEPORT spreads a loader's
 # connections over the processes by hash, unevenly (64 connections over two split as
 # 24/40 in two of three runs), and a process that got more waits on its own core

@@ -9,7 +9,6 @@ import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
 
 from loadtest.toxiproxy_standin.toxics import (
     DOWNSTREAM,
@@ -21,9 +20,6 @@ from loadtest.toxiproxy_standin.toxics import (
     Toxic,
 )
 from service.buffers import has_views
-
-if TYPE_CHECKING:
-    from loadtest.toxiproxy_standin.proxy import Proxy
 
 logger = logging.getLogger(__name__)
 
@@ -471,11 +467,13 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 class Connection:
     """A client connection and its upstream connection, joined by two links."""
 
-    def __init__(self, proxy: Proxy, client: End, upstream: End) -> None:
+    def __init__(
+        self, toxics_for: Callable[[str], list[Toxic]], client: End, upstream: End
+    ) -> None:
         self._ends = (client, upstream)
         self.links = {
-            UPSTREAM: Link(self, UPSTREAM, client, upstream, proxy.toxics_for(UPSTREAM)),
-            DOWNSTREAM: Link(self, DOWNSTREAM, upstream, client, proxy.toxics_for(DOWNSTREAM)),
+            UPSTREAM: Link(self, UPSTREAM, client, upstream, toxics_for(UPSTREAM)),
+            DOWNSTREAM: Link(self, DOWNSTREAM, upstream, client, toxics_for(DOWNSTREAM)),
         }
 
     async def run(self) -> None:

@@ -145,7 +145,7 @@ class Proxy:
             upstream.abort()
             client.abort()
             return
-        connection = Connection(self, client, upstream)
+        connection = Connection(self.toxics_for, client, upstream)
         self._connections.add(connection)
         assert client.transport is not None
         logger.debug("proxy %s: client %s", self.name, client.transport.get_extra_info("peername"))

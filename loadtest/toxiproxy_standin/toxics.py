@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from loadtest.toxiproxy_standin import gojson
 from loadtest.toxiproxy_standin.errors import (
@@ -17,10 +17,6 @@ from loadtest.toxiproxy_standin.errors import (
     bad_request,
     fail,
 )
-
-if TYPE_CHECKING:
-    from loadtest.toxiproxy_standin.link import Link
-
 
 UPSTREAM = "upstream"
 DOWNSTREAM = "downstream"
@@ -139,6 +135,28 @@ def apply_toxic_update(toxic: Toxic, raw: bytes) -> None:
 class Chunk:
     data: bytes | memoryview  # a view of a receive buffer (see ReceiveBuffers)
     stamp: float  # loop time the data was read (latency toxics push it forward)
+
+
+class Resettable(Protocol):
+    def reset(self) -> None: ...
+
+
+class Link(Protocol):
+    """What a toxic asks of the link it acts on (:class:`loadtest.toxiproxy_standin.link.Link`;
+    a protocol here, so that this module needs nothing of the data plane)."""
+
+    @property
+    def connection(self) -> Resettable: ...
+
+    async def through(self, chain: tuple[Runtime, ...], index: int, chunk: Chunk) -> None: ...
+
+    async def finish_through(self, chain: Sequence[Runtime]) -> None: ...
+
+    async def pause(self, seconds: float) -> None: ...
+
+    def close_from(self, index: int) -> None: ...
+
+    def close_after(self, runtime: Runtime) -> None: ...
 
 
 class Outlet:

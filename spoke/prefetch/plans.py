@@ -1,11 +1,12 @@
-"""Loader-ordered prefetch: a loader tells the spoke the order it will read.
+"""The plan book: the read orders loaders told the spoke, and how far each has got.
 
 A plan is the list of reads a job will make, e.g. the shuffled sample order of
-its next epoch. The spoke turns it into the sequence of chunks those reads touch
-and then (1) fetches the next chunks of that sequence ahead of the reader, as
-background work that yields to demand, within a window of bytes, and (2) tells
-the eviction policy how far away each chunk's next use is, so it can apply
-Belady's rule (:mod:`spoke.policy.plan_aware`).
+its next epoch. The book turns it into the sequence of chunks those reads touch,
+so that (1) the plan prefetcher (:mod:`spoke.prefetch.plan_prefetch`) can fetch the
+next chunks of that sequence ahead of the reader, and (2) the eviction policy can
+ask how far away each chunk's next use is, to apply Belady's rule
+(:mod:`spoke.policy.plan_aware`). The book is pure: no cache, no I/O, no event
+loop; it is made before the cache (whose policy consults it), the prefetcher after.
 
 The reader's position is learnt from its reads: requests carrying
 ``X-Hubspoke-Plan: <id>`` move that plan's cursor to the chunk they touched.
@@ -17,26 +18,18 @@ so an id says nothing), and its prefetches count against its tenant's quota.
 
 from __future__ import annotations
 
-import asyncio
 import bisect
-import logging
 import math
 import secrets
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from protocol.chunks import chunk_slices
 from protocol.errors import ProtocolError
-from protocol.headers import PLAN_HEADER
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
-from spoke.cache.engine import ChunkCache
 from spoke.cache.keys import ChunkKey
-
-logger = logging.getLogger(__name__)
-
-__all__ = ["PLAN_HEADER", "PlanRegistry", "PlannedRead", "ReadPlan"]
 
 # Bounds what one plan may cost the spoke: 4M reads is a 64 GiB epoch of 16 KiB samples.
 MAX_PLAN_READS = 4_000_000
@@ -71,6 +64,7 @@ class ReadPlan:
         names: list[str],
         where: dict[str, tuple[Manifest, int]],
         tenant: str = "",
+        on_move: Callable[[], None] = lambda: None,
     ) -> None:
         self.id = plan_id
         self.tenant = tenant
@@ -94,7 +88,7 @@ class ReadPlan:
         # A read up to this far behind the cursor is a late worker, not a new epoch.
         self._slack = max(1, min(4096, len(reads) // 4))
         self.cursor = 0
-        self.moved = asyncio.Event()
+        self.on_move = on_move  # told each time the cursor moves on (wakes the prefetcher)
 
     def __len__(self) -> int:
         return self.reads
@@ -116,7 +110,7 @@ class ReadPlan:
                 best = position
         if best is not None and best > self.cursor:
             self.cursor = best
-            self.moved.set()
+            self.on_move()
 
     def next_use(self, name: str) -> float:
         """Planned reads until ``name`` is needed after the current read; ``inf`` if never.
@@ -149,25 +143,12 @@ def _key(object_id: int, offset: int) -> int:
     return (object_id << 44) | offset  # offsets below 16 TiB
 
 
-class PlanRegistry:
-    """Every active plan of one spoke, and their prefetchers."""
+class PlanBook:
+    """Every active plan of one spoke: the chunks each touches and where its readers are."""
 
-    def __init__(self, window_bytes: int, concurrency: int = 4) -> None:
-        self._cache: ChunkCache | None = None
-        self.window_bytes = window_bytes
-        self.concurrency = concurrency
+    def __init__(self) -> None:
         self._plans: dict[str, ReadPlan] = {}
         self._object_ids: dict[str, int] = {}  # object path -> small int, for read keys
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-
-    def bind(self, cache: ChunkCache) -> None:
-        """Attach the cache (made after the policy that consults this registry)."""
-        self._cache = cache
-
-    @property
-    def cache(self) -> ChunkCache:
-        assert self._cache is not None, "PlanRegistry.bind() was not called"
-        return self._cache
 
     def next_use(self, name: object) -> float:
         """Distance to the next planned use of chunk ``name`` across all plans."""
@@ -185,17 +166,19 @@ class PlanRegistry:
                     best = (distance, plan_id)
         return None if best is None else best[1]
 
-    async def create(self, reads: Iterable[PlannedRead], tenant: str = "") -> ReadPlan:
-        manifests: dict[str, Manifest] = {}
+    def add(
+        self, reads: Iterable[PlannedRead], manifests: Mapping[str, Manifest], tenant: str = "",
+        on_move: Callable[[], None] = lambda: None,
+    ) -> ReadPlan:
+        """Book ``tenant``'s plan of ``reads``, each read against its object's manifest
+        in ``manifests``; ``on_move`` is told whenever the plan's cursor moves on."""
         planned: list[tuple[int, int]] = []
         touched: list[list[int]] = []
         names: dict[str, int] = {}
         where: dict[str, tuple[Manifest, int]] = {}
         for read in reads:
-            manifest = manifests.get(read.path)
-            if manifest is None:
-                manifest = manifests[read.path] = (await self.cache.manifest(read.path))[0]
-                self._object_ids.setdefault(read.path, len(self._object_ids))
+            manifest = manifests[read.path]
+            object_id = self._object_ids.setdefault(read.path, len(self._object_ids))
             stop = min(read.offset + read.length, manifest.size)
             if read.offset >= stop:
                 continue
@@ -205,11 +188,11 @@ class PlanRegistry:
                 name = ChunkKey.of(manifest, s.index).name
                 chunks.append(names.setdefault(name, len(names)))
                 where.setdefault(name, (manifest, s.index))
-            planned.append((self._object_ids[read.path], read.offset))
+            planned.append((object_id, read.offset))
             touched.append(chunks)
-        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant)
+        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant,
+                        on_move)
         self._plans[plan.id] = plan
-        self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan))
         return plan
 
     def get(self, plan_id: str, tenant: str = "") -> ReadPlan:
@@ -232,66 +215,5 @@ class PlanRegistry:
             for offset in offsets:
                 plan.observe(object_id, offset)
 
-    async def delete(self, plan_id: str, tenant: str = "") -> None:
-        self.get(plan_id, tenant)
-        await self._remove(plan_id)
-
-    async def _remove(self, plan_id: str) -> None:
+    def remove(self, plan_id: str) -> None:
         del self._plans[plan_id]
-        task = self._tasks.pop(plan_id)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    async def close(self) -> None:
-        for plan_id in list(self._plans):
-            await self._remove(plan_id)
-
-    async def _prefetch(self, plan: ReadPlan) -> None:
-        """Keep the window of chunks ahead of the plan's cursor cached."""
-        in_flight: dict[asyncio.Future[object], str] = {}
-        # Chunks tried while in the window are not tried again until they leave it:
-        # one the policy declined to keep would otherwise be fetched in a loop.
-        attempted: set[str] = set()
-        try:
-            while not plan.finished:
-                plan.moved.clear()
-                upcoming = plan.upcoming(self._window_chunks(plan))
-                attempted &= set(upcoming)
-                for name in upcoming:
-                    if len(in_flight) >= self.concurrency:
-                        break
-                    if name in attempted or self.cache.is_cached(*plan.where[name]):
-                        continue
-                    if not self.cache.worth_prefetching(*plan.where[name]):
-                        break  # needed later than all that is cached: no point yet
-                    attempted.add(name)
-                    in_flight[asyncio.ensure_future(self._fetch(plan, name))] = name
-                moved: asyncio.Future[object] = asyncio.ensure_future(plan.moved.wait())
-                done, _ = await asyncio.wait({*in_flight, moved},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                moved.cancel()
-                for task in done:
-                    in_flight.pop(task, None)
-        finally:
-            for task in in_flight:
-                task.cancel()
-
-    def _window_chunks(self, plan: ReadPlan) -> int:
-        """Chunks to keep ahead: the window, but when the plan's data does not fit in
-        half the cache, no more than an eighth of it, or prefetched chunks would push
-        out the ones about to be read."""
-        if not plan.where:
-            return 1
-        chunk_size = next(iter(plan.where.values()))[0].chunk_size
-        capacity = self.cache.capacity_bytes
-        fits = plan.distinct_chunks * chunk_size <= capacity // 2
-        window = min(self.window_bytes, capacity if fits else capacity // 8)
-        return max(1, window // chunk_size)
-
-    async def _fetch(self, plan: ReadPlan, name: str) -> None:
-        manifest, index = plan.where[name]
-        try:
-            await self.cache.prefetch(manifest, index, plan.tenant)
-        except ProtocolError as exc:
-            logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
-                        manifest.path, index, exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from typing import Protocol
 
 import msgpack
 from aiohttp import web
@@ -19,24 +20,42 @@ from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
 from service.listing import listing
 from service.metrics import Histogram, metrics_response
-from spoke.cache.counters import stats_snapshot
 from spoke.cache.engine import ChunkCache
 from spoke.config import SpokeConfig
-from spoke.prefetch.plans import MAX_PLAN_READS, PlannedRead, PlanRegistry, ReadPlan
+from spoke.prefetch.plan_prefetch import PlanPrefetcher
+from spoke.prefetch.plans import MAX_PLAN_READS, PlanBook, PlannedRead, ReadPlan
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.serve.objects import ObjectReads, boundary_watch, watched
+from spoke.serve.stats import stats_snapshot
 from spoke.upstream.errors import VersionChanged
-from spoke.workers.pool import READERS
+
+
+class ReaderWorkers(Protocol):
+    """The reader worker processes (:class:`spoke.workers.pool.ReaderPool`) as the handlers
+    see them: a protocol, because the workers run this package's reads, not the reverse."""
+
+    handed_over: int  # connections readers passed to this process
+    restarts: int  # readers replaced after dying on their own
+
+    @property
+    def alive(self) -> int: ...
+
+    async def sync(self) -> None:
+        """Return once every reader has applied every cache change told so far."""
+
 
 CACHE = web.AppKey("cache", ChunkCache)
 WARM = web.AppKey("warm", WarmJobs)
-PLANS = web.AppKey("plans", PlanRegistry)
+PLANS = web.AppKey("plans", PlanPrefetcher)
+PLAN_BOOK = web.AppKey("plan_book", PlanBook)
 READAHEAD = web.AppKey("readahead", SequentialReadahead)
 READ_LATENCY = web.AppKey("read_latency", dict[str, Histogram])
 READS = web.AppKey("reads", ObjectReads)
 CONFIG = web.AppKey("config", SpokeConfig)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+# Set (to the same pool as spoke.workers.pool.READERS) when the spoke runs reader workers.
+READER_WORKERS: web.AppKey[ReaderWorkers] = web.AppKey("reader_workers")
 
 
 async def get_object(request: web.Request) -> web.StreamResponse:
@@ -97,7 +116,7 @@ async def get_stats(request: web.Request) -> web.Response:
     if claims is not None and "" not in claims.prefixes:
         covered = functools.partial(allows, claims)
     snapshot = stats_snapshot(request.app[CACHE], covered)
-    readers = request.app.get(READERS)
+    readers = request.app.get(READER_WORKERS)
     if readers is not None:
         snapshot["reader_workers"] = readers.alive
         snapshot["handed_over_connections"] = readers.handed_over
@@ -113,7 +132,7 @@ async def delete_cache(request: web.Request) -> web.Response:
         removed = await cache.purge(prefix=validate_prefix(raw))
     else:
         removed = await cache.purge(path=validate_path(raw))
-    readers = request.app.get(READERS)
+    readers = request.app.get(READER_WORKERS)
     if readers is not None:
         await readers.sync()  # no reader worker serves a purged chunk after this answer
     return web.json_response({"purged_chunks": removed})
@@ -189,12 +208,12 @@ def _plan_view(plan: ReadPlan) -> dict[str, object]:
 
 
 async def get_plan(request: web.Request) -> web.Response:
-    plan = request.app[PLANS].get(request.match_info["id"], _tenant(request))
+    plan = request.app[PLAN_BOOK].get(request.match_info["id"], _tenant(request))
     return web.json_response(_plan_view(plan))
 
 
 async def list_plans(request: web.Request) -> web.Response:
-    plans = request.app[PLANS].plans(_tenant(request))
+    plans = request.app[PLAN_BOOK].plans(_tenant(request))
     return web.json_response({"plans": [_plan_view(p) for p in plans]})
 
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from protocol.headers import PLAN_HEADER
 from protocol.manifest import Manifest
 from protocol.media import content_type_for
 from protocol.multipart import BoundaryInData, BoundaryWatch, new_boundary
@@ -20,7 +21,7 @@ from service.metrics import Histogram
 from spoke.cache.early import Ahead, early_offset
 from spoke.cache.engine import ChunkCache
 from spoke.cache.keys import chunk_name, manifest_version
-from spoke.prefetch.plans import PLAN_HEADER, PlanRegistry
+from spoke.prefetch.plans import PlanBook
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.serve.reader import RangeReader, Write
 
@@ -97,7 +98,7 @@ class ObjectReads:
     """The spoke's object reads: the cache and the bookkeeping every read feeds."""
 
     def __init__(
-        self, cache: ChunkCache, plans: PlanRegistry, readahead: SequentialReadahead,
+        self, cache: ChunkCache, plans: PlanBook, readahead: SequentialReadahead,
         readahead_chunks: int, latency: dict[str, Histogram],
     ) -> None:
         self.cache = cache

@@ -25,8 +25,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-AFFINITIES = ("off", "spread")
-
 
 def spread(allowed: Iterable[int], processes: int) -> list[int]:
     """The CPU of each of ``processes`` processes: the allowed ones in order, round

@@ -24,7 +24,7 @@ from service.background import ErrorCounts, run_every
 from service.fast import FastConnection, FastServer, Reply
 from service.limits import ConnectionLimits
 from service.metrics import Histogram
-from spoke.cache.counters import READ_LATENCY_BUCKETS_S, SpokeStats
+from spoke.cache.counters import SpokeStats
 from spoke.cache.early import early_offset
 from spoke.cache.engine import ChunkGone
 from spoke.cache.integrity import ChunkChecker, Expected
@@ -32,6 +32,7 @@ from spoke.cache.open_chunks import OpenChunks
 from spoke.cache.store import BadChunkFile, ChunkStore
 from spoke.config import SpokeConfig
 from spoke.serve.plain import OBJECTS, PlainReads
+from spoke.serve.stats import READ_LATENCY_BUCKETS_S
 from spoke.workers.channel import Channel
 
 T = TypeVar("T")

@@ -1,0 +1,88 @@
+"""spoke.prefetch.plans: the plan book, built and read without a cache or an event loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from protocol.chunks import chunk_count
+from protocol.manifest import Manifest
+from spoke.cache.keys import ChunkKey
+from spoke.prefetch.plans import PlanBook, PlannedRead, PlanNotFound
+
+CHUNK = 1000
+
+
+def manifest(path: str, size: int) -> Manifest:
+    return Manifest(path=path, size=size, etag='"v1"', chunk_size=CHUNK, digest_alg="sha256",
+                    digests=(b"\0" * 32,) * chunk_count(size, CHUNK))
+
+
+MANIFESTS = {"ds/a": manifest("ds/a", 4 * CHUNK), "ds/b": manifest("ds/b", 2 * CHUNK)}
+
+
+def name(path: str, index: int) -> str:
+    return ChunkKey.of(MANIFESTS[path], index).name
+
+
+def book_with_plan(tenant: str = "") -> tuple[PlanBook, str, list[int]]:
+    """A book holding one plan of four reads, touching chunks a0, b1, a2 and a3, a0 again;
+    and the cursor positions its ``on_move`` was told of."""
+    moves: list[int] = []
+    book = PlanBook()
+    reads = [PlannedRead("ds/a", 0, 500), PlannedRead("ds/b", 1500, 400),
+             PlannedRead("ds/a", 2500, 1000), PlannedRead("ds/a", 100, 10)]
+    plan = book.add(reads, MANIFESTS, tenant, on_move=lambda: moves.append(plan.cursor))
+    return book, plan.id, moves
+
+
+def test_a_plan_lists_the_chunks_its_reads_touch_in_order_of_need() -> None:
+    book, plan_id, _ = book_with_plan()
+    plan = book.get(plan_id)
+    assert len(plan) == 4 and plan.distinct_chunks == 4
+    assert plan.upcoming(10) == [name("ds/a", 0), name("ds/b", 1), name("ds/a", 2),
+                                 name("ds/a", 3)]
+    assert plan.upcoming(2) == [name("ds/a", 0), name("ds/b", 1)]
+    assert plan.where[name("ds/a", 3)] == (MANIFESTS["ds/a"], 3)
+
+
+def test_reads_move_the_cursor_and_the_distances_to_each_chunk_follow() -> None:
+    book, plan_id, moves = book_with_plan()
+    # Before any read: a's chunk 0 is read now (position 0) and again at position 3.
+    assert book.next_use(name("ds/a", 0)) == 3.0
+    assert book.next_use(name("ds/a", 2)) == 2.0
+    assert book.next_use(name("ds/b", 0)) == math.inf  # no planned read touches it
+    book.observe(plan_id, "", "ds/a", [2500])  # the third read arrived
+    assert moves == [2]
+    assert book.get(plan_id).cursor == 2
+    assert book.next_use(name("ds/a", 0)) == 1.0
+    assert book.next_use(name("ds/b", 1)) == math.inf  # its only read is behind
+    assert book.get(plan_id).upcoming(10) == [name("ds/a", 2), name("ds/a", 3),
+                                              name("ds/a", 0)]
+    book.observe(plan_id, "", "ds/a", [0])  # a late worker's read: the cursor stays
+    assert moves == [2]
+
+
+def test_the_plan_needing_a_chunk_soonest_owns_it() -> None:
+    book, first, _ = book_with_plan()
+    second = book.add([PlannedRead("ds/a", 3000, 10), PlannedRead("ds/a", 2000, 10)],
+                      MANIFESTS).id
+    assert book.owner(name("ds/a", 2)) == second  # 1 read away, against 2 in the first
+    assert book.next_use(name("ds/a", 2)) == 1.0  # the nearest use over all plans
+    assert book.owner(name("ds/a", 3)) == first
+    assert book.owner(name("ds/b", 0)) is None
+    assert book.owner(object()) is None and book.next_use(object()) == math.inf
+    book.remove(second)
+    assert book.owner(name("ds/a", 2)) == first
+    assert [p.id for p in book.plans()] == [first]
+
+
+def test_another_tenants_plan_does_not_exist_for_it() -> None:
+    book, plan_id, moves = book_with_plan(tenant="alice")
+    assert book.get(plan_id, "alice").id == plan_id
+    with pytest.raises(PlanNotFound):
+        book.get(plan_id, "bob")
+    assert book.plans("bob") == [] and len(book.plans("alice")) == 1
+    book.observe(plan_id, "bob", "ds/a", [2500])  # bob's reads do not move alice's plan
+    assert moves == [] and book.get(plan_id, "alice").cursor == 0
