@@ -22,8 +22,8 @@ import time
 import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES, generate
-from loadtest.loader import PassResult, epoch_order, run_pass
 from loadtest.lab import Lab
+from loadtest.loader import PassResult, epoch_order, run_pass
 from protocol.sizes import parse_size
 
 
