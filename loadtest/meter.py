@@ -63,7 +63,8 @@ def memory(pid: int | None = None) -> Memory:
 
 
 def open_fds(pid: int) -> int:
-    return psutil.Process(pid).num_fds()
+    fds: int = psutil.Process(pid).num_fds()
+    return fds
 
 
 def open_sockets(pid: int) -> int:
@@ -74,7 +75,8 @@ def open_sockets(pid: int) -> int:
 def machine_busy_seconds() -> float:
     """CPU seconds spent not idle by the whole machine (all cores) since boot."""
     t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    busy: float = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    return busy
 
 
 def self_cpu() -> float:

@@ -25,7 +25,7 @@ and the Toxiproxy stand-in share the cores with the load. Users:
   into an uncached one, of a shard nobody else reads; just before each outage its
   cache is purged and that one chunk is read, so the next one is surely missing.
 
-Every ``--interval`` seconds it records the spoke's RSS and open fds (from /proc),
+Every ``--interval`` seconds it records the spoke's RSS and open fds (psutil),
 temp files in the cache's ``tmp/``, used bytes vs capacity (``/stats`` and on disk),
 hit ratio, p50/p99 latency and errors, into ``soak.csv`` and ``soak.png``; then it
 prints the pass criteria with PASS/FAIL and exits 1 if any failed:
