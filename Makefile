@@ -15,6 +15,13 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+# The demo needs the package and the lab's WAN driver only: no torch, pandas, locust.
+$(BIN)/.lab-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[lab]'
+	touch $@
+
 # System tools the tests drive: docker-compose (validates docker-compose.yml),
 # nginx and wrk (the benchmark's smoke test). Installed with apt when missing.
 SYSTEM_TOOLS = docker-compose nginx wrk
@@ -33,7 +40,7 @@ lint: venv
 test: tools lint
 	$(BIN)/python -m pytest -q
 
-demo: venv
+demo: $(BIN)/.lab-installed
 	$(BIN)/python -m loadtest.demo $(ARGS)
 
 # Load tests and benchmarks (bounded in time, all on 127.0.0.1); reports go to reports/.

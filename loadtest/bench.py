@@ -43,7 +43,6 @@ import os
 import platform
 import random
 import re
-import resource
 import shutil
 import signal
 import statistics
@@ -55,13 +54,17 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
+from loadtest.bench_figures import evaluate
+from loadtest.bench_report import render
+from loadtest.bench_settings import FULL, QUICK, MiB, Settings
 from loadtest.dataset import SAMPLE_BYTES, Shard, generate
-from loadtest.nginx import CACHE_VALID_S, Nginx, nginx_binary, nginx_version, start_nginx
-from loadtest.procs import Process, start_process
+from loadtest.lab import Lab
+from loadtest.meter import CpuMeter, process_tree, rss_bytes
+from loadtest.nginx import Nginx, nginx_binary, nginx_version, start_nginx
+from loadtest.procs import Process
 from loadtest.replay import (
     Epoch,
     ReplayResult,
@@ -72,164 +75,9 @@ from loadtest.replay import (
     replay,
     summarize,
 )
-from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
 from spoke.config import AFFINITIES
 
-MiB = 1 << 20
-GiB = 1 << 30
 WRK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrk")
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-# --------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class Settings:
-    mode: str
-    file_bytes: int  # the big file read at random by wrk
-    stream_shards: int
-    stream_shard_bytes: int
-    stream_readers: int
-    replay_shards: int
-    replay_shard_bytes: int
-    replay_workers: int
-    replay_epochs: int
-    wrk_seconds: float
-    rounds: int
-    latency_ms: int = 60
-    big_range: int = 4 * MiB
-    big_conns: int = 16
-    small_range: int = 64 * 1024
-    small_conns: int = 64
-    batch: int = 32
-    batch_conns: int = 16
-    cold_random_conns: int = 16
-    cold_rounds: int = 1
-    wrk_threads: int = 2
-    # Each cache as its operator would run it here: nginx with ``worker_processes auto``
-    # (one per core: its best, 4 workers made 0.95x), the spoke with ``--workers auto``
-    # (two per core: its best, spoke.config.WORKERS_PER_CORE). Neither is bound to CPUs:
-    # bound, the spoke's warm 64 KiB tail is shorter but the replay's warm phase ~30 %
-    # slower (spoke.workers.cpus), and nginx's ``worker_cpu_affinity auto`` was not better.
-    spoke_workers: str = "auto"
-    spoke_cpu_affinity: str = "off"
-    # Like nginx's ``proxy_cache_valid``: both caches serve a cached version this long
-    # without asking the hub. With the spoke's default (5 s) each warm run, coming
-    # after ~50 s of other runs, starts by revalidating through the 60 ms link, and
-    # that lands in its p99; nginx is never asked to.
-    spoke_meta_ttl_s: float = CACHE_VALID_S
-
-    @property
-    def data_bytes(self) -> int:
-        return (self.file_bytes + self.stream_shards * self.stream_shard_bytes
-                + self.replay_shards * self.replay_shard_bytes)
-
-
-FULL = Settings(
-    mode="full", file_bytes=1 * GiB, stream_shards=8, stream_shard_bytes=128 * MiB,
-    stream_readers=4, replay_shards=24, replay_shard_bytes=16 * MiB, replay_workers=32,
-    replay_epochs=3, wrk_seconds=5, rounds=4, cold_rounds=2,
-)
-QUICK = Settings(
-    mode="quick", file_bytes=64 * MiB, stream_shards=4, stream_shard_bytes=16 * MiB,
-    stream_readers=2, replay_shards=8, replay_shard_bytes=2 * MiB, replay_workers=8,
-    replay_epochs=3, wrk_seconds=1, rounds=1,
-)
-
-
-# --------------------------------------------------------------------------- /proc
-
-
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (nginx workers, a spoke's worker processes)."""
-    kids = _children_map()
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
-            continue
-    return total / CLK_TCK
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent not idle by the whole machine (all cores) since boot."""
-    with open("/proc/stat") as f:
-        parts = [int(x) for x in f.readline().split()[1:]]
-    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
-    return (sum(parts[:8]) - idle) / CLK_TCK
-
-
-class CpuMeter:
-    """CPU used by a server's process tree, by our whole tree and by the machine."""
-
-    def __init__(self, server_pid: int | None) -> None:
-        self.server_pid = server_pid
-
-    def __enter__(self) -> CpuMeter:
-        self.t0 = time.perf_counter()
-        self.server_pids = process_tree(self.server_pid) if self.server_pid else []
-        self.server0 = cpu_seconds(self.server_pids)
-        self.ours0 = cpu_seconds(process_tree(os.getpid()))
-        self.self0 = _self_cpu()
-        self.machine0 = machine_busy_seconds()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self.t0
-        # Processes that came and went in between (wrk) are counted through rusage.
-        self.server = cpu_seconds(self.server_pids) - self.server0
-        self.ours = cpu_seconds(process_tree(os.getpid())) - self.ours0
-        self.self_cpu = _self_cpu() - self.self0
-        self.machine = machine_busy_seconds() - self.machine0
-
-    def cores(self, cpu_s: float) -> float:
-        return cpu_s / self.seconds if self.seconds else 0.0
-
-
-def _self_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 # --------------------------------------------------------------------------- wrk
@@ -464,37 +312,36 @@ def probe(url: str, headers: dict[str, str]) -> dict[str, Any]:
 
 
 @dataclass
-class Lab:
+class Bench:
     """Everything running: hub, links, spoke, nginx; restarts caches empty."""
 
     settings: Settings
-    root: str
     work: str
+    lab: Lab
     hub: Process
     spoke_upstream: str
     nginx: Nginx
     bare_link: str  # the hub through 60 ms, no cache
     spoke: Process | None = None
     spoke_dirs: int = 0
-    log_dir: str = ""
 
     def start_spoke(self) -> Process:
         self.spoke_dirs += 1
         cache_dir = os.path.join(self.work, f"spoke-cache-{self.spoke_dirs}")
         os.makedirs(cache_dir)
-        self.spoke = start_process("spoke", [
-            "--hub", self.spoke_upstream, "--cache-dir", cache_dir,
+        self.spoke = self.lab.spoke(
+            self.spoke_upstream, cache_dir,
             "--capacity", str(2 * self.settings.data_bytes),
             "--access-log", "off", "--log-level", "warning",
             "--workers", self.settings.spoke_workers,
             "--cpu-affinity", self.settings.spoke_cpu_affinity,
             "--meta-ttl", f"{self.settings.spoke_meta_ttl_s:g}",
-        ], log_dir=self.log_dir)
+        )
         return self.spoke
 
     def stop_spoke(self) -> None:
         if self.spoke is not None:
-            self.spoke.stop()
+            self.lab.stop(self.spoke)
             self.spoke = None
             shutil.rmtree(os.path.join(self.work, f"spoke-cache-{self.spoke_dirs}"),
                           ignore_errors=True)
@@ -517,38 +364,22 @@ class Lab:
 
 
 @contextlib.contextmanager
-def lab(settings: Settings, root: str, work: str) -> Iterator[Lab]:
+def bench_servers(settings: Settings, root: str, work: str) -> Iterator[Bench]:
+    """The hub, a 60 ms link per side (they never share one), nginx and a spoke."""
     log_dir = os.path.join(work, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    hub = start_process("hub", ["--root", root, "--access-log", "off",
-                                "--log-level", "warning"], log_dir=log_dir)
-    state: Lab | None = None
-    try:
-        hub_addr = urlsplit(hub.url)
-        upstream = (hub_addr.hostname or "127.0.0.1", hub_addr.port or 0)
-        with start_toxiproxy() as api:
-            links = {}
-            for name in ("bench-spoke", "bench-nginx", "bench-bare"):
-                wan = create_hub_proxy(api, upstream, name=name)
-                add_latency(wan.proxy, settings.latency_ms)
-                links[name] = wan
-            try:
-                spoke_upstream = f"http://{links['bench-spoke'].listen}"
-                nginx_up = (links["bench-nginx"].host, links["bench-nginx"].port)
-                with start_nginx(nginx_up, file_root=root,
-                                 cache_max_bytes=2 * settings.data_bytes) as nginx:
-                    state = Lab(settings, root, work, hub, spoke_upstream, nginx,
-                                f"http://{links['bench-bare'].listen}", log_dir=log_dir)
-                    state.start_spoke()
-                    yield state
-            finally:
-                if state is not None:
-                    state.stop_spoke()
-                for wan in links.values():
-                    with contextlib.suppress(Exception):
-                        wan.proxy.destroy()
-    finally:
-        hub.stop()
+    with Lab(log_dir=log_dir) as lab:
+        hub = lab.hub(root, "--access-log", "off", "--log-level", "warning")
+        links = {name: lab.link(hub.url, latency_ms=settings.latency_ms, name=name)
+                 for name in ("bench-spoke", "bench-nginx", "bench-bare")}
+        nginx_up = (links["bench-nginx"].host, links["bench-nginx"].port)
+        nginx = lab.enter(start_nginx(nginx_up, file_root=root,
+                                      cache_max_bytes=2 * settings.data_bytes))
+        bench = Bench(settings, work, lab, hub, links["bench-spoke"].url, nginx,
+                      links["bench-bare"].url)
+        lab.callback(bench.stop_spoke)
+        bench.start_spoke()
+        yield bench
 
 
 # --------------------------------------------------------------------------- the tests
@@ -558,7 +389,7 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def warm_tests(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
+def warm_tests(lb: Bench, s: Settings, file_path: str) -> dict[str, Any]:
     """Sections 1 and 4: interleaved rounds of wrk over warm caches."""
     size = str(s.file_bytes)
     targets: list[tuple[str, Callable[[], str], Callable[[], int | None]]] = [
@@ -600,7 +431,7 @@ def warm_tests(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
     return out
 
 
-def multi_range_answers(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
+def multi_range_answers(lb: Bench, s: Settings, file_path: str) -> dict[str, Any]:
     ranges = ",".join(f"{i * s.small_range}-{(i + 1) * s.small_range - 1}"
                       for i in range(0, 2 * s.batch, 2))
     headers = {"Range": f"bytes={ranges}"}
@@ -612,7 +443,7 @@ def multi_range_answers(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
     return out
 
 
-def cold_tests(lb: Lab, s: Settings, stream: list[Shard], file_path: str) -> dict[str, Any]:
+def cold_tests(lb: Bench, s: Settings, stream: list[Shard], file_path: str) -> dict[str, Any]:
     """Section 2: through 60 ms, with both caches restarted empty before each test.
 
     ``s.cold_rounds`` rounds, the order of the sides alternating between rounds; each
@@ -673,7 +504,7 @@ def cold_tests(lb: Lab, s: Settings, stream: list[Shard], file_path: str) -> dic
     return out
 
 
-def warm_up(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
+def warm_up(lb: Bench, s: Settings, file_path: str) -> dict[str, Any]:
     """Read the whole big file through both caches, then check a few answers are hits."""
     jobs: list[tuple[str, int, int | None]] = [
         (file_path, i * s.big_range, s.big_range) for i in range(s.file_bytes // s.big_range)]
@@ -695,7 +526,7 @@ def warm_up(lb: Lab, s: Settings, file_path: str) -> dict[str, Any]:
     return out
 
 
-def replay_tests(lb: Lab, s: Settings, shards: list[Shard]) -> dict[str, Any]:
+def replay_tests(lb: Bench, s: Settings, shards: list[Shard]) -> dict[str, Any]:
     """Section 3: the training replay, hub direct then a cold spoke through 60 ms."""
     deadline = 120.0 if s.mode == "full" else 20.0
     lb.stop_spoke()
@@ -736,305 +567,10 @@ def _background(meter: CpuMeter) -> float:
     return meter.cores(max(0.0, meter.machine - meter.ours))
 
 
-# --------------------------------------------------------------------------- the report
-
-
-@dataclass
-class Target:
-    name: str
-    measured: str
-    ratio: float | None
-    required: str
-    passed: bool | None
-
-    @property
-    def verdict(self) -> str:
-        return "n/a" if self.passed is None else ("PASS" if self.passed else "FAIL")
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b else float("inf") if a else 0.0
-
-
-def evaluate(warm: dict[str, Any], cold: dict[str, Any], rep: dict[str, Any],
-             s: Settings) -> list[Target]:
-    big, small = warm["4MiB"], warm["64KiB"]
-    batch = warm[f"batch{s.batch}x64KiB"]
-    summary: ReplaySummary = rep["summary"]
-    nginx_best = max(batch["nginx cache"]["samples_s"], small["nginx cache"]["samples_s"])
-    r_big = _ratio(big["spoke"]["gb_s"], big["nginx cache"]["gb_s"])
-    r_small = _ratio(small["spoke"]["req_s"], small["nginx cache"]["req_s"])
-    r_batch = _ratio(batch["spoke"]["samples_s"], nginx_best)
-    r_stream = _ratio(cold["stream"]["spoke"]["gb_s"], cold["stream"]["nginx cache"]["gb_s"])
-    r_random = _ratio(cold["random"]["spoke"]["gb_s"], cold["random"]["nginx cache"]["gb_s"])
-    hit = summary.hit_ratio_after_warmup
-    t95 = summary.time_to_95pct_s
-    return [
-        Target("Warm 4 MiB ranges ×16: spoke ÷ nginx cache",
-               f"{big['spoke']['gb_s']:.2f} vs {big['nginx cache']['gb_s']:.2f} GB/s",
-               r_big, "≥ 0.9", r_big >= 0.9),
-        Target("Warm 64 KiB ranges ×64: spoke ÷ nginx cache req/s",
-               f"{small['spoke']['req_s']:,.0f} vs {small['nginx cache']['req_s']:,.0f} req/s",
-               r_small, "≥ 0.5", r_small >= 0.5),
-        Target("Warm 64 KiB ranges ×64: spoke p99",
-               f"{small['spoke']['p99_ms']:.1f} ms (nginx {small['nginx cache']['p99_ms']:.1f})",
-               None, "< 5 ms", small["spoke"]["p99_ms"] < 5),
-        Target(f"Batched {s.batch} × 64 KiB per request: spoke ÷ nginx cache's best samples/s",
-               f"{batch['spoke']['samples_s']:,.0f} vs {nginx_best:,.0f} samples/s",
-               r_batch, "≥ 1", r_batch >= 1),
-        Target("Cold sequential shard streaming through 60 ms: spoke ÷ nginx cache",
-               f"{cold['stream']['spoke']['gb_s']:.3f} vs "
-               f"{cold['stream']['nginx cache']['gb_s']:.3f} GB/s", r_stream, "≥ 3",
-               r_stream >= 3),
-        Target("Cold random 4 MiB ranges through 60 ms: spoke ÷ nginx cache",
-               f"{cold['random']['spoke']['gb_s']:.3f} vs "
-               f"{cold['random']['nginx cache']['gb_s']:.3f} GB/s", r_random, "≥ 1",
-               r_random >= 1),
-        Target("Training replay: warm samples/s ÷ local",
-               f"{summary.warm_samples_per_s:,.0f} vs {summary.local_samples_per_s:,.0f}",
-               summary.warm_over_local, "≥ 0.95", summary.warm_over_local >= 0.95),
-        Target("Training replay: hit ratio after warm-up (dataset fits)",
-               "n/a" if hit is None else f"{hit:.1%}", hit, "≥ 95 %",
-               None if hit is None else hit >= 0.95),
-        Target("Training replay: time to 95 % of local",
-               ("never" if t95 is None else f"{t95:.1f} s")
-               + f" (first epoch {summary.first_epoch_s:.1f} s)", None,
-               "within the first epoch", summary.within_first_epoch),
-    ]
-
-
-def _ms(v: float) -> str:
-    return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
-
-
-def render(meta: dict[str, Any], warm: dict[str, Any], answers: dict[str, Any],
-           cold: dict[str, Any], rep: dict[str, Any], targets: list[Target],
-           warmed: dict[str, Any], s: Settings, profile: dict[str, Any] | None) -> str:
-    L: list[str] = []
-    add = L.append
-    add(f"# hubspoke cold→warm benchmark ({s.mode})")
-    add("")
-    add(f"{meta['date']} · {meta['cores']} cores · Python {meta['python']} · "
-        f"{meta['nginx']} · {meta['wrk']} · Toxiproxy: {meta['toxiproxy']} · "
-        f"{s.latency_ms} ms link · load average before {meta['loadavg_before']}, "
-        f"after {meta['loadavg_after']} · {meta['seconds']:.0f} s in all")
-    add("")
-    add(f"Data: a {s.file_bytes / GiB:g} GiB file for random ranges, {s.stream_shards} stream "
-        f"shards of {s.stream_shard_bytes // MiB} MiB, {s.replay_shards} replay shards of "
-        f"{s.replay_shard_bytes // MiB} MiB ({SAMPLE_BYTES // 1024} KiB samples). wrk "
-        f"{s.wrk_threads} threads, {s.rounds} interleaved round(s) of {s.wrk_seconds:g} s per "
-        "cell, medians. Client and servers share the same cores; \"other\" is CPU used on "
-        "the machine by processes outside this benchmark during the run. Both caches serve "
-        f"a cached version up to {s.spoke_meta_ttl_s:g} s without asking the hub (nginx "
-        f"`proxy_cache_valid {CACHE_VALID_S}s`, spoke `--meta-ttl {s.spoke_meta_ttl_s:g}`); "
-        f"the spoke runs `--workers {s.spoke_workers} --cpu-affinity "
-        f"{s.spoke_cpu_affinity}`.")
-    add("")
-    add("## Targets")
-    add("")
-    add("| target | measured | ratio | required | result |")
-    add("|---|---|---|---|---|")
-    for t in targets:
-        ratio = "" if t.ratio is None else f"{t.ratio:.2f}"
-        add(f"| {t.name} | {t.measured} | {ratio} | {t.required} | **{t.verdict}** |")
-    add("")
-
-    add("## 1. Warm random ranged reads (wrk, random aligned `Range` over the file)")
-    add("")
-    big, small = warm["4MiB"], warm["64KiB"]
-    add(f"| server | 4 MiB × {s.big_conns} conns GB/s | p99 ms | 64 KiB × {s.small_conns} "
-        "conns req/s | p50 ms | p99 ms | server CPU cores (4M / 64K) | wrk cores (4M / 64K) "
-        "| other cores |")
-    add("|---|---|---|---|---|---|---|---|---|")
-    names = {"hub direct": "hub direct (data local)", "spoke": "**spoke, warm**",
-             "nginx cache": "nginx slice cache, warm",
-             "nginx file": "nginx serving the file (client ceiling)"}
-    for key, label in names.items():
-        b, m = big[key], small[key]
-        add(f"| {label} | {b['gb_s']:.2f} | {_ms(b['p99_ms'])} | {m['req_s']:,.0f} | "
-            f"{_ms(m['p50_ms'])} | {_ms(m['p99_ms'])} | {b['server_cores']:.2f} / "
-            f"{m['server_cores']:.2f} | {b['wrk_cores']:.2f} / {m['wrk_cores']:.2f} | "
-            f"{max(b['background_cores'], m['background_cores']):.2f} |")
-    add("")
-    r_big = _ratio(big["spoke"]["gb_s"], big["nginx cache"]["gb_s"])
-    r_small = _ratio(small["spoke"]["req_s"], small["nginx cache"]["req_s"])
-    add(f"Ratios: spoke ÷ nginx cache {r_big:.2f} (4 MiB), {r_small:.2f} (64 KiB);"
-        f" spoke ÷ hub direct {_ratio(big['spoke']['gb_s'], big['hub direct']['gb_s']):.2f} / "
-        f"{_ratio(small['spoke']['req_s'], small['hub direct']['req_s']):.2f}; nginx cache ÷ "
-        f"nginx file {_ratio(big['nginx cache']['gb_s'], big['nginx file']['gb_s']):.2f} / "
-        f"{_ratio(small['nginx cache']['req_s'], small['nginx file']['req_s']):.2f}.")
-    ceiling_big, ceiling_small = big["nginx file"]["gb_s"], small["nginx file"]["req_s"]
-    spoke_share = max(_ratio(big["spoke"]["gb_s"], ceiling_big),
-                      _ratio(small["spoke"]["req_s"], ceiling_small))
-    wrk_busy = max(big["spoke"]["wrk_cores"], small["spoke"]["wrk_cores"]) / s.wrk_threads
-    add(f"Client check: the same wrk drives nginx serving the file to {ceiling_big:.2f} GB/s "
-        f"and {ceiling_small:,.0f} req/s; the spoke reached "
-        f"{_ratio(big['spoke']['gb_s'], ceiling_big):.0%} and "
-        f"{_ratio(small['spoke']['req_s'], ceiling_small):.0%} of that, with wrk's "
-        f"{s.wrk_threads} threads {wrk_busy:.0%} busy during the spoke's runs, so "
-        + ("the client was not what limited the spoke."
-           if spoke_share < 0.8 or wrk_busy < 0.5
-           else "the client may be part of the limit."))
-    add("Warm-up before these runs (whole file read through each cache): "
-        + "; ".join(f"{k} X-Cache HIT on {v['hit_checks']} spot checks"
-                    for k, v in warmed.items()) + ".")
-    add("")
-
-    add(f"## 2. Cold reads through {s.latency_ms} ms, caches restarted empty before each test")
-    add("")
-    add(f"| path | sequential: {s.stream_shards} shards × {s.stream_shard_bytes // MiB} MiB, "
-        f"{s.stream_readers} readers, GB/s | per-shard p50 s | random 4 MiB × "
-        f"{s.file_bytes // s.big_range} once each, {s.cold_random_conns} readers, GB/s | "
-        "p50 / p99 ms | hub egress MiB (seq / random) | server CPU cores (seq / random) "
-        "| errors |")
-    add("|---|---|---|---|---|---|---|---|")
-    for key in cold["stream"]:
-        a, b = cold["stream"][key], cold["random"][key]
-        eg = "/".join("-" if x["hub_egress"] is None else f"{x['hub_egress'] / MiB:,.0f}"
-                      for x in (a, b))
-        label = f"**{key}**" if key == "spoke" else key
-        add(f"| {label} | {a['gb_s']:.3f} | {a['p50_ms'] / 1000:.2f} | {b['gb_s']:.3f} | "
-            f"{_ms(b['p50_ms'])} / {_ms(b['p99_ms'])} | {eg} | "
-            f"{a['server_cores']:.2f} / {b['server_cores']:.2f} | {a['errors'] + b['errors']} |")
-    add("")
-    def cold_ratio(test: str, other: str) -> float:
-        return _ratio(cold[test]["spoke"]["gb_s"], cold[test][other]["gb_s"])
-
-    bare = "hub through the link (no cache)"
-    add(f"Ratios: spoke ÷ nginx cache {cold_ratio('stream', 'nginx cache'):.2f} (sequential), "
-        f"{cold_ratio('random', 'nginx cache'):.2f} (random); spoke ÷ bare link "
-        f"{cold_ratio('stream', bare):.2f} / {cold_ratio('random', bare):.2f}. "
-        "Client: aiohttp, the same for every row.")
-    notes = cold["stream"]["spoke"]["notes"][:1] + cold["random"]["spoke"]["notes"][:1]
-    if notes:
-        add("Spoke counters after the first round of each cold test: " + "; ".join(notes)
-            + f". GB/s per round: spoke {cold['stream']['spoke']['all_gb_s']} / "
-            f"{cold['random']['spoke']['all_gb_s']}, nginx cache "
-            f"{cold['stream']['nginx cache']['all_gb_s']} / "
-            f"{cold['random']['nginx cache']['all_gb_s']}.")
-    add("")
-
-    add("## 3. Training replay")
-    add("")
-    local: ReplayResult = rep["local"]
-    spoke: ReplayResult = rep["spoke"]
-    sm: ReplaySummary = rep["summary"]
-    add(f"{s.replay_workers} workers, {s.replay_epochs} epochs (alternating: hub direct "
-        f"epoch 1, spoke epoch 1, hub direct epoch 2, …) of "
-        f"{sm.dataset_bytes // SAMPLE_BYTES:,} shuffled {SAMPLE_BYTES // 1024} KiB samples "
-        f"({sm.dataset_bytes / MiB:,.0f} MiB in {s.replay_shards} shards), one range "
-        "request per sample (aiohttp); the spoke starts empty. Plot: `warmup.png`.")
-    add("")
-    add("| summary | value |")
-    add("|---|---|")
-    add(f"| local (hub direct) samples/s, epochs 2+ | {sm.local_samples_per_s:,.0f} |")
-    add(f"| cold phase (spoke, epoch 1) samples/s | {sm.cold_samples_per_s:,.0f} |")
-    add(f"| warm (spoke, epochs 2+) samples/s | {sm.warm_samples_per_s:,.0f} |")
-    add(f"| warm ÷ local | {sm.warm_over_local:.2f} |")
-    t95 = "never" if sm.time_to_95pct_s is None else f"{sm.time_to_95pct_s:.1f} s"
-    add(f"| time to 95 % of local (3 s trailing mean) | {t95} (first epoch took "
-        f"{sm.first_epoch_s:.1f} s) |")
-    t95e = ("never" if sm.time_to_95pct_same_epoch_s is None
-            else f"{sm.time_to_95pct_same_epoch_s:.1f} s")
-    add(f"| time to 95 % of local's rate in the same epoch (3 s trailing mean) | {t95e} |")
-    hit = "n/a" if sm.hit_ratio_after_warmup is None else f"{sm.hit_ratio_after_warmup:.1%}"
-    add(f"| hit ratio after warm-up (X-Cache, epochs 2+) | {hit} |")
-    th = "never" if sm.time_to_hit95_s is None else f"{sm.time_to_hit95_s:.1f} s"
-    add(f"| time until a second's X-Cache hit ratio ≥ 95 % | {th} |")
-    he1 = "-" if sm.hub_bytes_first_epoch is None else f"{sm.hub_bytes_first_epoch / MiB:,.0f}"
-    he2 = "-" if sm.hub_bytes_after_warmup is None else f"{sm.hub_bytes_after_warmup / MiB:,.0f}"
-    add(f"| hub egress MiB: epoch 1 / epochs 2+ | {he1} / {he2} (dataset "
-        f"{sm.dataset_bytes / MiB:,.0f}) |")
-    sc = rep["server_cores"]
-    add(f"| CPU cores over the whole replay: client / hub / spoke / other processes | "
-        f"{rep['client_cores']:.2f} / {sc['hub']:.2f} / {sc['spoke']:.2f} / "
-        f"{rep['background_cores']:.2f} |")
-    add(f"| spoke RSS after the replay | {rep['spoke_rss_bytes'] / MiB:,.0f} MiB |")
-    add("")
-    add("| epoch | local samples/s | spoke samples/s | spoke HIT % | local p50 / p99 ms | "
-        "spoke p50 / p99 ms | hub egress MiB |")
-    add("|---|---|---|---|---|---|---|")
-    for le, se in zip(local.epochs, spoke.epochs, strict=False):
-        hits = 100 * se.hits / max(1, se.samples + se.errors)
-        eg = "-" if se.hub_bytes is None else f"{se.hub_bytes / MiB:,.0f}"
-        add(f"| {se.epoch} | {le.samples_per_s:,.0f} | {se.samples_per_s:,.0f} | {hits:.1f} | "
-            f"{_ms(le.p50_ms)} / {_ms(le.p99_ms)} | {_ms(se.p50_ms)} / {_ms(se.p99_ms)} | "
-            f"{eg} |")
-    add("")
-    add("Time series (per second of each side's own running time; epochs alternate "
-        "between the two servers, L1 S1 L2 S2 …; `local` is the hub-direct rate in the same "
-        "second of the same epoch):")
-    add("")
-    add("| s | epoch | spoke samples/s | local samples/s | spoke HIT % | spoke p50 ms | "
-        "spoke p99 ms | hub egress MB/s |")
-    add("|---|---|---|---|---|---|---|---|")
-    local_at = {(sec.epoch, sec.epoch_t): sec.samples_per_s for sec in local.series}
-    for sp in spoke.series:
-        lo = local_at.get((sp.epoch, sp.epoch_t))
-        hit_pct = "" if sp.hit_ratio is None else f"{100 * sp.hit_ratio:.1f}"
-        egress = "" if sp.hub_bytes is None else f"{sp.hub_bytes / 1e6 / sp.seconds:,.0f}"
-        local_rate = "" if lo is None else f"{lo:,.0f}"
-        p50 = _ms(sp.p50_ms) if sp.samples else ""
-        p99 = _ms(sp.p99_ms) if sp.samples else ""
-        add(f"| {sp.t + sp.seconds:.1f} | {sp.epoch} | {sp.samples_per_s:,.0f} | {local_rate} | "
-            f"{hit_pct} | {p50} | {p99} | {egress} |")
-    add("")
-
-    add(f"## 4. Batched multi-range reads ({s.batch} × 64 KiB samples per request, "
-        f"{s.batch_conns} conns)")
-    add("")
-    batch = warm[f"batch{s.batch}x64KiB"]
-    add("| server | request shape | samples/s | req/s | p50 / p99 ms | bytes per request | "
-        "answer |")
-    add("|---|---|---|---|---|---|---|")
-    for key, label in (("hub direct", "hub direct"), ("spoke", "**spoke**"),
-                       ("nginx cache", "nginx slice cache")):
-        one, many = small[key], batch[key]
-        ans = answers.get(key, {})
-        answer = (f"{ans.get('status')} {ans.get('content_type', '').split(';')[0]}, "
-                  f"Content-Length {ans.get('content_length', -1):,}")
-        add(f"| {label} | 1 sample per request ({s.small_conns} conns) | "
-            f"{one['samples_s']:,.0f} | {one['req_s']:,.0f} | {_ms(one['p50_ms'])} / "
-            f"{_ms(one['p99_ms'])} | {one['bytes_per_request']:,.0f} | 206 single range |")
-        if ans.get("status") == 206:
-            shape = (f"{many['samples_s']:,.0f} | {many['req_s']:,.1f} | "
-                     f"{_ms(many['p50_ms'])} / {_ms(many['p99_ms'])} | "
-                     f"{many['bytes_per_request']:,.0f}")
-        else:
-            shape = (f"{many['samples_s']:,.0f} ({many['requests']} answers completed in "
-                     f"{many['rounds']} × {s.wrk_seconds:g} s; {many['gb_s']:.2f} GB/s of "
-                     f"whole-object bytes moved) | {many['req_s']:,.1f} | - | -")
-        add(f"| {label} | {s.batch} samples per request ({s.batch_conns} conns) | "
-            f"{shape} | {answer} |")
-    add("")
-    nginx_ans = answers.get("nginx cache", {})
-    if nginx_ans.get("status") != 206:
-        add(f"nginx with `slice` does not answer multi-range requests from its cache: it "
-            f"answered {nginx_ans.get('status')} with the whole object "
-            f"({nginx_ans.get('content_length', -1):,} bytes) for a {s.batch}-range request; "
-            "its best way to serve a batch is one request per sample, which is what the "
-            "target compares against.")
-    add(f"Batching on the spoke: "
-        f"{_ratio(batch['spoke']['samples_s'], small['spoke']['samples_s']):.2f} × its "
-        "one-request-per-sample samples/s.")
-    add("")
-    if profile:
-        add("## Profile of the spoke (py-spy, warm 64 KiB × 64 conns)")
-        add("")
-        add(f"{profile['samples']} samples; top functions by own time:")
-        add("")
-        add("| own % | total % | function |")
-        add("|---|---|---|")
-        for row in profile["top"]:
-            add(f"| {row['self_pct']:.1f} | {row['total_pct']:.1f} | `{row['frame']}` |")
-        add("")
-    return "\n".join(L) + "\n"
-
-
 # --------------------------------------------------------------------------- profile
 
 
-def profile_spoke(lb: Lab, s: Settings, file_path: str, out_dir: str) -> dict[str, Any] | None:
+def profile_spoke(lb: Bench, s: Settings, file_path: str, out_dir: str) -> dict[str, Any] | None:
     """py-spy the spoke during a warm 64 KiB run (after the measured ones), if installed."""
     pyspy = shutil.which("py-spy") or (
         os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -1184,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         big = generate(root, 1, s.file_bytes, prefix="bench")[0]
         stream = generate(root, s.stream_shards, s.stream_shard_bytes, prefix="stream", seed=5)
         shards = generate(root, s.replay_shards, s.replay_shard_bytes, prefix="dataset", seed=9)
-        with lab(s, root, work) as lb:
+        with bench_servers(s, root, work) as lb:
             log(f"hub {lb.hub.url}, spoke {lb.spoke_url} via {lb.spoke_upstream}, nginx "
                 f"{lb.nginx.url} (pid {lb.nginx.pid}), bare link {lb.bare_link}")
             cold = cold_tests(lb, s, stream, big.path)

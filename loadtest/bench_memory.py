@@ -11,7 +11,7 @@ Two measurements, all on 127.0.0.1, bounded in time:
 
    * the Python heap the open cache holds (``tracemalloc``, before and after
      ``await cache.open()``, after ``gc.collect()``), in one child;
-   * the RSS it adds (``VmRSS`` of ``/proc/self/status``), in another child without
+   * the RSS it adds (``VmRSS``, read with psutil), in another child without
      ``tracemalloc`` (whose own book-keeping would inflate RSS), also after
      ``malloc_trim(0)`` hands freed heap back to the kernel;
    * the bytes of the SQLite index on disk (``index.sqlite3`` and its ``-wal``/``-shm``).
@@ -22,7 +22,7 @@ Two measurements, all on 127.0.0.1, bounded in time:
 2. **RSS against connections.** A real hub and spoke (``python -m hub|spoke serve``) over
    a small generated dataset, warmed; then 0 / 250 / 500 / 1000 kept-alive connections,
    each having read one 64 KiB range (206) and then idle, with the spoke's ``VmRSS``
-   (``/proc/PID/status``) at each step; then all closed, and 1 GiB of cached 4 MiB range
+   (psutil) at each step; then all closed, and 1 GiB of cached 4 MiB range
    reads over 16 connections, twice, with the spoke's RSS before, during (peak) and after.
 
 It prints Markdown tables and, with ``--out FILE``, writes the figures as JSON.
@@ -55,14 +55,15 @@ from typing import Any
 
 from loadtest.bench_restart import CHUNK_BYTES, build
 from loadtest.dataset import generate
-from loadtest.procs import Process, start_process
+from loadtest.lab import Lab
+from loadtest.meter import memory, open_sockets
+from loadtest.procs import REPO
 
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 INDEX_FILE = "index.sqlite3"  # spoke/cache/index.py's file name
 CHILD_TIMEOUT_S = 300
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------------- settings
@@ -99,19 +100,7 @@ QUICK = Settings(
 )
 
 
-# --------------------------------------------------------------------------- /proc
-
-
-def proc_status(pid: int | str = "self") -> dict[str, int]:
-    """``VmRSS``, ``VmHWM``, ``RssAnon``, ``RssFile`` of a process, in bytes."""
-    wanted = {"VmRSS", "VmHWM", "RssAnon", "RssFile"}
-    out: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in wanted:
-                out[key] = int(value.split()[0]) * KiB
-    return out
+# --------------------------------------------------------------------------- memory
 
 
 def malloc_trim() -> bool:
@@ -158,7 +147,7 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
     if heap:
         tracemalloc.start()
     gc.collect()
-    before_rss = proc_status()["VmRSS"]
+    before_rss = memory().rss
     before = tracemalloc.take_snapshot() if heap else None
     before_heap = tracemalloc.get_traced_memory()[0] if heap else 0
     took = await cache.open()
@@ -174,9 +163,9 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
         ]
         tracemalloc.stop()
     else:
-        result["rss_bytes"] = proc_status()["VmRSS"] - before_rss
+        result["rss_bytes"] = memory().rss - before_rss
         result["rss_trimmed_bytes"] = (
-            proc_status()["VmRSS"] - before_rss if malloc_trim() else None
+            memory().rss - before_rss if malloc_trim() else None
         )
     await cache.close()
     return result
@@ -367,7 +356,7 @@ async def stream_reads(served: Served, settings: Settings, rng: random.Random
     async def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, proc_status(served.pid)["VmRSS"])
+            peak = max(peak, memory(served.pid).rss)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), 0.02)
 
@@ -409,9 +398,9 @@ async def measure_connections(served: Served, settings: Settings) -> dict[str, A
         for target in settings.connection_steps:
             await open_idle(served, settings, target - len(conns), conns, statuses, rng)
             await asyncio.sleep(settings.settle_s)
-            spoke_side = _open_sockets(served.pid)
-            steps.append({"connections": len(conns), "spoke_sockets": spoke_side,
-                          **{k.lower(): v for k, v in proc_status(served.pid).items()}})
+            mem = memory(served.pid)
+            steps.append({"connections": len(conns), "spoke_sockets": open_sockets(served.pid),
+                          "vmrss": mem.rss, "rssanon": mem.anon, "rssfile": mem.file})
     finally:
         await close_all(conns)
     base = steps[0]["vmrss"]
@@ -424,15 +413,15 @@ async def measure_connections(served: Served, settings: Settings) -> dict[str, A
     per_conn = ((most["vmrss"] - base) / most["connections"] / KiB
                 if most["connections"] else None)
     await asyncio.sleep(settings.settle_s)
-    after_close = proc_status(served.pid)["VmRSS"]
+    after_close = memory(served.pid).rss
 
     hub_before = _stats_hub_bytes(served)
     passes = []
-    rss_before_reads = proc_status(served.pid)["VmRSS"]
+    rss_before_reads = memory(served.pid).rss
     for _ in range(settings.read_passes):
         run = await stream_reads(served, settings, rng)
         await asyncio.sleep(settings.settle_s)
-        run["rss_after"] = proc_status(served.pid)["VmRSS"]
+        run["rss_after"] = memory(served.pid).rss
         passes.append(run)
     hub_fetched = _stats_hub_bytes(served) - hub_before
     return {
@@ -450,16 +439,6 @@ async def measure_connections(served: Served, settings: Settings) -> dict[str, A
     }
 
 
-def _open_sockets(pid: int) -> int:
-    """Sockets the spoke holds open (its listening one included)."""
-    count = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
-                count += 1
-    return count
-
-
 def _stats_hub_bytes(served: Served) -> int:
     """Object bytes the spoke received from the hub so far (its /stats)."""
     return int(_stats(f"http://{served.host}:{served.port}")["hub_bytes"])
@@ -474,23 +453,14 @@ def servers(settings: Settings, work: str) -> Iterator[Served]:
         os.makedirs(d)
     shards = generate(root, settings.shards, settings.shard_bytes)
     data_bytes = sum(s.size for s in shards)
-    hub: Process | None = None
-    spoke: Process | None = None
-    try:
-        hub = start_process("hub", ["--root", root, "--access-log", "off",
-                                    "--log-level", "warning"], log_dir=logs)
-        spoke = start_process("spoke", [
-            "--hub", hub.url, "--cache-dir", cache_dir, "--capacity", str(2 * data_bytes),
-            "--max-connections-per-client", "0", "--access-log", "off",
-            "--log-level", "warning",
-        ], log_dir=logs)
+    with Lab(log_dir=logs) as lab:
+        hub = lab.hub(root, "--access-log", "off", "--log-level", "warning")
+        spoke = lab.spoke(hub.url, cache_dir, "--capacity", str(2 * data_bytes),
+                          "--max-connections-per-client", "0", "--access-log", "off",
+                          "--log-level", "warning")
         address = spoke.url.split("://", 1)[1].rstrip("/")
         host, _, port = address.rpartition(":")
         yield Served(root, [(s.path, s.size) for s in shards], host, int(port), spoke.pid)
-    finally:
-        for proc in (spoke, hub):
-            if proc is not None:
-                proc.stop()
 
 
 # --------------------------------------------------------------------------- report

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import urllib.request
 
 from loadtest.bench import run_wrk, wrk_binary
 from loadtest.dataset import generate
-from loadtest.procs import Process, start_process
+from loadtest.lab import Lab
+from loadtest.procs import Process
 
 MiB = 1 << 20
 SAMPLE = 64 << 10
@@ -31,11 +30,9 @@ CELLS = {  # name: (script, extra args, connections, samples per request)
 }
 
 
-def start_spoke(hub: Process, cache_dir: str, size: int, workers: str) -> Process:
-    return start_process("spoke", [
-        "--hub", hub.url, "--cache-dir", cache_dir, "--capacity", str(2 * size),
-        "--access-log", "off", "--log-level", "warning", "--workers", workers,
-    ])
+def start_spoke(lab: Lab, hub: Process, cache_dir: str, size: int, workers: str) -> Process:
+    return lab.spoke(hub.url, cache_dir, "--capacity", str(2 * size),
+                     "--access-log", "off", "--log-level", "warning", "--workers", workers)
 
 
 def warm(spoke: Process, path: str, size: int) -> None:
@@ -63,40 +60,33 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
     size = args.file_mib * MiB
-    work = tempfile.mkdtemp(prefix="hubspoke-workers-")
-    try:
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    with Lab() as lab:
+        work = lab.temp_dir("hubspoke-workers-")
         big = generate(os.path.join(work, "data"), 1, size, prefix="big")[0]
         cache_dir = os.path.join(work, "cache")
-        hub = start_process("hub", ["--root", os.path.join(work, "data"), "--access-log", "off",
-                                    "--log-level", "warning"])
-        results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        hub = lab.hub(os.path.join(work, "data"), "--access-log", "off", "--log-level", "warning")
+        spoke = start_spoke(lab, hub, cache_dir, size, "1")
         try:
-            spoke = start_spoke(hub, cache_dir, size, "1")
-            try:
-                warm(spoke, big.path, size)
-            finally:
-                spoke.stop()
-            for rnd in range(args.rounds):
-                sides = ["1", args.workers] if rnd % 2 == 0 else [args.workers, "1"]
-                for workers in sides:
-                    spoke = start_spoke(hub, cache_dir, size, workers)
-                    try:
-                        for cell, (script, extra, conns, per) in CELLS.items():
-                            run = run_wrk(f"workers {workers}", cell, f"{spoke.url}/objects/"
-                                          f"{big.path}", script, [str(size), *extra,
-                                                                  str(rnd + 1)],
-                                          conns, args.seconds, per, spoke.pid)
-                            results.setdefault((cell, workers), []).append(
-                                (run.samples_s, run.p99_ms))
-                            print(f"round {rnd + 1} --workers {workers:>4} {cell}: "
-                                  f"{run.samples_s:,.0f} samples/s, p99 {run.p99_ms:.1f} ms, "
-                                  f"errors {run.errors}", file=sys.stderr, flush=True)
-                    finally:
-                        spoke.stop()
+            warm(spoke, big.path, size)
         finally:
-            hub.stop()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            lab.stop(spoke)
+        for rnd in range(args.rounds):
+            sides = ["1", args.workers] if rnd % 2 == 0 else [args.workers, "1"]
+            for workers in sides:
+                spoke = start_spoke(lab, hub, cache_dir, size, workers)
+                try:
+                    for cell, (script, extra, conns, per) in CELLS.items():
+                        run = run_wrk(f"workers {workers}", cell, f"{spoke.url}/objects/"
+                                      f"{big.path}", script, [str(size), *extra, str(rnd + 1)],
+                                      conns, args.seconds, per, spoke.pid)
+                        results.setdefault((cell, workers), []).append(
+                            (run.samples_s, run.p99_ms))
+                        print(f"round {rnd + 1} --workers {workers:>4} {cell}: "
+                              f"{run.samples_s:,.0f} samples/s, p99 {run.p99_ms:.1f} ms, "
+                              f"errors {run.errors}", file=sys.stderr, flush=True)
+                finally:
+                    lab.stop(spoke)
     print(render(results, args.workers))
     return 0
 

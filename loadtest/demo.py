@@ -16,18 +16,14 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 
 import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES, generate
+from loadtest.lab import Lab
 from loadtest.loader import PassResult, epoch_order, run_pass
-from loadtest.procs import Process, start_process
-from loadtest.wan import start_toxiproxy, wan_link
 from protocol.sizes import parse_size
 
 
@@ -108,28 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     shards = generate(hub_root, args.shards, args.shard_size)
     dataset_bytes = sum(s.size for s in shards)
     samples = dataset_bytes // SAMPLE_BYTES
-    cache_dir = tempfile.mkdtemp(prefix="hubspoke-demo-cache-")
-    procs: list[Process] = []
-    try:
-        with ExitStack() as stack:
-            hub = start_process("hub", ["--root", hub_root, "--chunk-size", args.chunk_size])
-            procs.append(hub)
-            api = stack.enter_context(start_toxiproxy())
-            linked = stack.enter_context(wan_link(api, hub.url, latency_ms=args.latency_ms))
-            spoke = start_process("spoke", ["--hub", linked, "--cache-dir", cache_dir,
-                                            "--capacity", str(2 * dataset_bytes)])
-            procs.append(spoke)
-            print(f"hub {hub.url} -> toxiproxy {linked} ({args.latency_ms} ms) -> spoke "
-                  f"{spoke.url}; {samples:,} samples of {SAMPLE_BYTES // 1024} KiB, "
-                  f"{args.workers} workers\n")
-            started = time.perf_counter()
-            figures = asyncio.run(measure(hub.url, spoke.url, (1, 2, 3), shards, args.workers))
-            summary = report(figures, dataset_bytes)
-            print(f"(measured in {time.perf_counter() - started:.1f} s)")
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
-        shutil.rmtree(cache_dir, ignore_errors=True)
+    with Lab() as lab:
+        cache_dir = lab.temp_dir("hubspoke-demo-cache-")
+        hub = lab.hub(hub_root, "--chunk-size", args.chunk_size)
+        link = lab.link(hub.url, latency_ms=args.latency_ms)
+        spoke = lab.spoke(link.url, cache_dir, "--capacity", str(2 * dataset_bytes))
+        print(f"hub {hub.url} -> toxiproxy {link.url} ({args.latency_ms} ms) -> spoke "
+              f"{spoke.url}; {samples:,} samples of {SAMPLE_BYTES // 1024} KiB, "
+              f"{args.workers} workers\n")
+        started = time.perf_counter()
+        figures = asyncio.run(measure(hub.url, spoke.url, (1, 2, 3), shards, args.workers))
+        summary = report(figures, dataset_bytes)
+        print(f"(measured in {time.perf_counter() - started:.1f} s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -20,20 +20,18 @@ import csv
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from loadtest.dataset import generate
-from loadtest.procs import REPO, Process, start_process
-from loadtest.wan import start_toxiproxy, wan_link
+from loadtest.lab import Lab
+from loadtest.procs import REPO, Process
 from protocol.sizes import parse_size
 
 LOCUSTFILE = os.path.join(REPO, "loadtest", "locustfile.py")
@@ -114,32 +112,17 @@ class Setup:
 @contextmanager
 def demo_setup(args: argparse.Namespace, log_dir: str) -> Iterator[Setup]:
     """Hub → Toxiproxy (latency) → spoke with a fresh cache; everything stopped at exit."""
-    with ExitStack() as stack:
-        data_dir = args.data_dir or stack.enter_context(_temp_dir("hubspoke-locust-data-"))
+    with Lab(log_dir=log_dir) as lab:
+        data_dir = args.data_dir or lab.temp_dir("hubspoke-locust-data-")
         hub_root = os.path.join(data_dir, "hub")
         shards = generate(hub_root, args.shards, args.shard_size)
         dataset_bytes = sum(s.size for s in shards)
-        cache_dir = stack.enter_context(_temp_dir("hubspoke-locust-cache-"))
-        hub = start_process("hub", ["--root", hub_root, "--chunk-size", args.chunk_size,
-                                    "--access-log", "off"], log_dir=log_dir)
-        stack.callback(hub.stop)
-        api = stack.enter_context(start_toxiproxy())
-        linked = stack.enter_context(wan_link(api, hub.url, latency_ms=args.latency_ms))
+        cache_dir = lab.temp_dir("hubspoke-locust-cache-")
+        hub = lab.hub(hub_root, "--chunk-size", args.chunk_size, "--access-log", "off")
+        link = lab.link(hub.url, latency_ms=args.latency_ms)
         capacity = args.capacity or 2 * dataset_bytes
-        spoke = start_process("spoke", ["--hub", linked, "--cache-dir", cache_dir,
-                                         "--capacity", str(capacity), "--access-log", "off"],
-                              log_dir=log_dir)
-        stack.callback(spoke.stop)
-        yield Setup(hub, spoke, linked, dataset_bytes)
-
-
-@contextmanager
-def _temp_dir(prefix: str) -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+        spoke = lab.spoke(link.url, cache_dir, "--capacity", str(capacity), "--access-log", "off")
+        yield Setup(hub, spoke, link.url, dataset_bytes)
 
 
 def spoke_stats(spoke_url: str) -> dict[str, object]:

@@ -14,17 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
-from contextlib import ExitStack
 
 import aiohttp
 
 from loadtest.dataset import generate
+from loadtest.lab import Lab
 from loadtest.loader import epoch_order, register_plan, run_pass
-from loadtest.procs import Process, start_process
-from loadtest.wan import start_toxiproxy, wan_link
 from protocol.sizes import parse_size
 
 
@@ -74,27 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     shards = generate(root, args.shards, args.shard_size)
     capacity = int(sum(s.size for s in shards) * args.cache_fraction)
     orders = [epoch_order(shards, seed) for seed in range(1, args.epochs + 1)]
-    work = tempfile.mkdtemp(prefix="hubspoke-plan-epochs-")
-    procs: list[Process] = []
     results: dict[str, list[dict[str, float]]] = {}
-    try:
-        with ExitStack() as stack:
-            hub = start_process("hub", ["--root", root, "--chunk-size", args.chunk_size,
-                                        "--access-log", "off"])
-            procs.append(hub)
-            api = stack.enter_context(start_toxiproxy())
-            linked = stack.enter_context(wan_link(api, hub.url, latency_ms=args.latency_ms))
-            for mode in ("no plan", "plan"):
-                spoke = start_process("spoke", [
-                    "--hub", linked, "--cache-dir", os.path.join(work, mode.replace(" ", "-")),
-                    "--capacity", str(capacity), "--policy", "arc", "--access-log", "off"])
-                procs.append(spoke)
-                results[mode] = asyncio.run(epochs(spoke.url, orders, args.workers,
-                                                   mode == "plan"))
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    with Lab() as lab:
+        work = lab.temp_dir("hubspoke-plan-epochs-")
+        hub = lab.hub(root, "--chunk-size", args.chunk_size, "--access-log", "off")
+        link = lab.link(hub.url, latency_ms=args.latency_ms)
+        for mode in ("no plan", "plan"):
+            spoke = lab.spoke(link.url, os.path.join(work, mode.replace(" ", "-")),
+                              "--capacity", str(capacity), "--policy", "arc",
+                              "--access-log", "off")
+            results[mode] = asyncio.run(epochs(spoke.url, orders, args.workers, mode == "plan"))
     print(f"{args.shards} shards x {args.shard_size >> 20} MiB, {args.chunk_size} chunks, cache "
           f"{args.cache_fraction:.0%} of the data, {args.latency_ms} ms link, ARC\n")
     print("| epoch | hub MB, no plan | hub MB, plan | chunk hits, no plan | chunk hits, plan "

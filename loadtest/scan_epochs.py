@@ -43,7 +43,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -53,7 +52,7 @@ from typing import Any
 import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES, generate
-from loadtest.procs import Process, start_process
+from loadtest.lab import Lab
 from loadtest.simulate import Req, Result, opt, policy_factories, shuffled_epochs, simulate
 from protocol.sizes import format_size
 from service.cli import positive, size_arg
@@ -397,23 +396,19 @@ def main(argv: list[str] | None = None) -> int:
                     prefix=SCAN, seed=2002)
     trace = build_trace(geometry, [s.path for s in train], [s.path for s in scan])
     predicted = predict(trace, geometry, args.policies)
-    work = tempfile.mkdtemp(prefix="hubspoke-scan-epochs-")
-    procs: list[Process] = []
     measured: dict[str, list[Epoch]] = {}
-    try:
+    with Lab() as lab:
+        work = lab.temp_dir("hubspoke-scan-epochs-")
+        lab.log_dir = work
         with _environment(PYTHONHASHSEED=str(args.hash_seed)):
-            hub = start_process("hub", [
-                "--root", root, "--chunk-size", str(geometry.chunk_size),
-                "--access-log", "off", "--log-level", "warning"], log_dir=work)
-        procs.append(hub)
+            hub = lab.hub(root, "--chunk-size", str(geometry.chunk_size),
+                          "--access-log", "off", "--log-level", "warning")
         for name in args.policies:
             with _environment(PYTHONHASHSEED=str(args.hash_seed)):
-                spoke = start_process("spoke", [
-                    "--hub", hub.url, "--cache-dir", os.path.join(work, name),
-                    "--capacity", str(geometry.capacity), "--policy", name,
-                    "--seq-readahead", str(args.seq_readahead),
-                    "--access-log", "off", "--log-level", "warning"], log_dir=work)
-            procs.append(spoke)
+                spoke = lab.spoke(hub.url, os.path.join(work, name),
+                                  "--capacity", str(geometry.capacity), "--policy", name,
+                                  "--seq-readahead", str(args.seq_readahead),
+                                  "--access-log", "off", "--log-level", "warning")
             try:
                 measured[name] = asyncio.run(run_epochs(
                     spoke.url, trace, root, args.workers, args.verify_every))
@@ -421,13 +416,8 @@ def main(argv: list[str] | None = None) -> int:
                     tail = "\n".join(spoke.log[-20:])
                     print(f"{name}: reads failed; the spoke's log ends:\n{tail}", file=sys.stderr)
             finally:
-                procs.remove(spoke)
-                spoke.stop()
+                lab.stop(spoke)
             shutil.rmtree(os.path.join(work, name), ignore_errors=True)
-    finally:
-        for proc in reversed(procs):
-            proc.stop()
-        shutil.rmtree(work, ignore_errors=True)
     print(report(geometry, args.workers, measured, predicted))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -25,7 +25,7 @@ and the Toxiproxy stand-in share the cores with the load. Users:
   into an uncached one, of a shard nobody else reads; just before each outage its
   cache is purged and that one chunk is read, so the next one is surely missing.
 
-Every ``--interval`` seconds it records the spoke's RSS and open fds (from /proc),
+Every ``--interval`` seconds it records the spoke's RSS and open fds (psutil),
 temp files in the cache's ``tmp/``, used bytes vs capacity (``/stats`` and on disk),
 hit ratio, p50/p99 latency and errors, into ``soak.csv`` and ``soak.png``; then it
 prints the pass criteria with PASS/FAIL and exits 1 if any failed:
@@ -59,17 +59,15 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import aiohttp
 import xxhash
@@ -77,8 +75,9 @@ import xxhash
 from loadtest.dataset import SAMPLE_BYTES, Shard, generate
 from loadtest.diskfull import DiskFiller, can_mount, small_filesystem
 from loadtest.faults import DISK_FULL, NORMAL, OUTAGE, Applied, FaultInjector, plan
-from loadtest.procs import Process, start_process
-from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
+from loadtest.lab import Lab
+from loadtest.meter import memory, open_fds
+from loadtest.procs import Process
 from protocol.sizes import parse_size
 
 UNAVAILABLE = (503, 504)  # what the spoke answers for uncached data when the hub is away
@@ -99,6 +98,7 @@ FRESH_PAUSE_S = 0.25
 STRADDLE_CHUNK = 1  # the straddle shard's chunk left cached before an outage
 STRADDLE_SPAN = 8 << 10  # a straddling read's bytes on each side of the chunk boundary
 STRADDLE_PAUSE_S = 0.05
+MB = 1 << 20  # the soak's memory unit (its figures have always been /proc's kB / 1024)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -545,23 +545,6 @@ class Sample:
     p99_ms: float
 
 
-def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    """A resident-memory figure of ``/proc/PID/status`` in MB.
-
-    ``VmRSS`` counts the chunk files the spoke has mapped (page cache it may drop);
-    ``RssAnon`` is the memory the process itself holds: buffers, queues, tasks.
-    """
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024
-    return math.nan
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def count_files(path: str) -> int:
     try:
         return sum(1 for _ in os.scandir(path))
@@ -622,8 +605,9 @@ class Monitor:
             self.max_used_bytes = max(self.max_used_bytes, stats["used_bytes"])
             # RSS swings by tens of MB with the 4 MiB chunk buffers in flight; the
             # floor between swings is what a leak would lift.
-            self._rss_floor = min(self._rss_floor, rss_mb(self.spoke.pid))
-            self.max_anon_mb = max(self.max_anon_mb, rss_mb(self.spoke.pid, "RssAnon"))
+            mem = memory(self.spoke.pid)
+            self._rss_floor = min(self._rss_floor, mem.rss / MB)
+            self.max_anon_mb = max(self.max_anon_mb, mem.anon / MB)
             self._fds_floor = min(self._fds_floor, open_fds(self.spoke.pid))
             if time.monotonic() >= next_sample:
                 await self.sample(stats)
@@ -640,10 +624,11 @@ class Monitor:
         lookups = stats["hits"] - prev["hits"] + stats["misses"] - prev["misses"]
         self._prev_stats = stats
         now = time.monotonic()
-        rss, fds = rss_mb(pid), open_fds(pid)
+        mem, fds = memory(pid), open_fds(pid)
+        rss = mem.rss / MB
         sample = Sample(
             t_s=round(now - self.run_started, 1), phase=self.ctx.recorder.faults.phase_at(now),
-            rss_mb=rss, anon_mb=rss_mb(pid, "RssAnon"), fds=fds,
+            rss_mb=rss, anon_mb=mem.anon / MB, fds=fds,
             rss_floor_mb=min(self._rss_floor, rss), fds_floor=min(self._fds_floor, fds),
             tmp_files=count_files(os.path.join(self.cache_dir, "tmp")),
             used_bytes=stats["used_bytes"], disk_bytes=disk,
@@ -684,52 +669,27 @@ class Setup:
 @contextmanager
 def soak_setup(args: argparse.Namespace, log_dir: str) -> Iterator[Setup]:
     """Dataset, hub, Toxiproxy (latency), spoke; everything stopped by PID at exit."""
-    with ExitStack() as stack:
-        data_dir = args.data_dir or stack.enter_context(_temp_dir("hubspoke-soak-data-"))
+    with Lab(log_dir=log_dir) as lab:
+        data_dir = args.data_dir or lab.temp_dir("hubspoke-soak-data-")
         hub_root = os.path.join(data_dir, "hub")
         shard_count = max(2, math.ceil(args.dataset_factor * args.capacity / args.shard_size))
         print(f"generating {shard_count} shards of {args.shard_size >> 20} MiB ...", flush=True)
         shards = generate(hub_root, shard_count, args.shard_size)
         fresh = generate(hub_root, FRESH_OBJECTS, FRESH_BYTES, prefix="fresh")
         reference = build_reference(hub_root, shards + fresh)
-        cache_root = stack.enter_context(_temp_dir("hubspoke-soak-cache-"))
+        cache_root = lab.temp_dir("hubspoke-soak-cache-")
         disk = None
         if args.disk_full:
-            stack.enter_context(small_filesystem(cache_root,
-                                                 args.capacity + DISK_HEADROOM_BYTES))
+            lab.enter(small_filesystem(cache_root, args.capacity + DISK_HEADROOM_BYTES))
             disk = DiskFiller(cache_root)
         cache_dir = os.path.join(cache_root, "cache")
         os.mkdir(cache_dir)
         quiet = ["--access-log", "off"]  # a line per request would fill the disk in a soak
-        hub = start_process("hub", ["--root", hub_root, "--chunk-size", str(args.chunk_size),
-                                    *quiet], log_dir=log_dir)
-        stack.callback(hub.stop)
-        api = stack.enter_context(start_toxiproxy())
-        hub_addr = urlsplit(hub.url)
-        wan = create_hub_proxy(api, (hub_addr.hostname or "127.0.0.1", hub_addr.port or 80))
-        # On a shared Toxiproxy ($TOXIPROXY_URL) the proxy would outlive us otherwise.
-        stack.callback(_destroy_quietly, wan.proxy)
-        add_latency(wan.proxy, args.latency_ms)
-        spoke = start_process("spoke", ["--hub", f"http://{wan.listen}", "--cache-dir",
-                                         cache_dir, "--capacity", str(args.capacity), *quiet],
-                              log_dir=log_dir)
-        stack.callback(spoke.stop)
-        yield Setup(hub, spoke, wan.proxy, cache_dir, reference, args.capacity, disk,
+        hub = lab.hub(hub_root, "--chunk-size", str(args.chunk_size), *quiet)
+        link = lab.link(hub.url, latency_ms=args.latency_ms)
+        spoke = lab.spoke(link.url, cache_dir, "--capacity", str(args.capacity), *quiet)
+        yield Setup(hub, spoke, link.proxy, cache_dir, reference, args.capacity, disk,
                     shards, fresh)
-
-
-def _destroy_quietly(proxy: Any) -> None:
-    with suppress(Exception):  # the server may be gone already; nothing left to undo
-        proxy.destroy()
-
-
-@contextmanager
-def _temp_dir(prefix: str) -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 async def run_load(args: argparse.Namespace, setup: Setup) -> tuple[Monitor, Context]:
