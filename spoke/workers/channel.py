@@ -19,7 +19,7 @@ from typing import Any
 
 import msgpack
 
-from spoke.workers.messages import BadMessage, Message, decode
+from spoke.workers.messages import BadMessage, Message, decode, encode
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,10 @@ class Channel:
         self._out.append((data, list(fds)))
         if not self._waiting:
             self._flush()
+
+    def tell(self, message: Message, fds: Sequence[int] = ()) -> None:
+        """:meth:`send` one of :mod:`spoke.workers.messages`' records."""
+        self.send(encode(message), fds)
 
     def close(self) -> None:
         if self._closed:

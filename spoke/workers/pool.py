@@ -46,26 +46,8 @@ from protocol.manifest import Manifest, encode_manifest
 from service.front import FRONT, FrontStats
 from service.metrics import Histogram
 from spoke.cache.engine import ChunkCache
+from spoke.workers import messages
 from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair, receiving
-from spoke.workers.messages import (
-    ChunksAdded,
-    ChunksGone,
-    ChunksSuspect,
-    ChunksVerified,
-    HandedOver,
-    HangUps,
-    HitsCounted,
-    ManifestFresh,
-    ManifestGone,
-    ManifestUnknown,
-    ManifestWanted,
-    Message,
-    Ready,
-    Sync,
-    Synced,
-    ToldChunk,
-    encode,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +159,7 @@ class ReaderPool:
             if reader.channel.closed:
                 continue
             reader.synced[self._seq] = loop.create_future()
-            reader.channel.send(encode(Sync(self._seq)))
+            reader.channel.tell(messages.Sync(self._seq))
             waits.append((reader, reader.synced[self._seq]))
         for reader, waiter in waits:
             try:
@@ -215,70 +197,71 @@ class ReaderPool:
         self._tell(self._manifest_message(path, manifest, expires_at))
 
     def manifest_gone(self, path: str) -> None:
-        self._tell(ManifestGone(path))
+        self._tell(messages.ManifestGone(path))
 
     def chunk_added(self, name: str) -> None:
         expected = self.cache.expected(name)
         if expected is not None:
-            self._tell(ChunksAdded([ToldChunk(name, expected)]))
+            self._tell(messages.ChunksAdded([messages.ToldChunk(name, expected)]))
 
     def chunk_gone(self, name: str) -> None:
-        self._tell(ChunksGone([name]))
+        self._tell(messages.ChunksGone([name]))
 
     # -- plumbing ---------------------------------------------------------------
 
-    def _tell(self, message: Message) -> None:
-        wire = encode(message)
+    def _tell(self, message: messages.Message) -> None:
+        wire = messages.encode(message)
         for reader in self.readers:
             reader.channel.send(wire)
 
     @staticmethod
     def _manifest_message(
         path: str, manifest: Manifest, expires_at: float
-    ) -> ManifestFresh | ManifestGone:
+    ) -> messages.ManifestFresh | messages.ManifestGone:
         wire = encode_manifest(manifest)
         if len(wire) > MAX_MIRRORED_MANIFEST_BYTES:
-            return ManifestGone(path)  # not mirrored: never let an older version stand
-        return ManifestFresh(path, wire, expires_at)
+            return messages.ManifestGone(path)  # not mirrored: never let an older version stand
+        return messages.ManifestFresh(path, wire, expires_at)
 
     def _send_snapshot(self, channel: Channel) -> None:
         manifests, _ = self.cache.snapshot()
         for path, manifest, expires_at in manifests:
-            channel.send(encode(self._manifest_message(path, manifest, expires_at)))
-        chunks = [ToldChunk(name, expected) for name, expected in self.cache.expectations()]
+            channel.tell(self._manifest_message(path, manifest, expires_at))
+        chunks = [messages.ToldChunk(name, expected)
+                  for name, expected in self.cache.expectations()]
         for i in range(0, len(chunks), SNAPSHOT_BATCH):
-            channel.send(encode(ChunksAdded(chunks[i:i + SNAPSHOT_BATCH])))
+            channel.tell(messages.ChunksAdded(chunks[i:i + SNAPSHOT_BATCH]))
 
-    def _on_message(self, reader: _Reader, message: Message, fds: list[int]) -> None:
-        if isinstance(message, HandedOver) and len(fds) == 1:
+    def _on_message(self, reader: _Reader, message: messages.Message, fds: list[int]) -> None:
+        if isinstance(message, messages.HandedOver) and len(fds) == 1:
             self._adopt(fds[0], message.received)
             return
         for fd in fds:
             os.close(fd)
         match message:
-            case HitsCounted(hits, served, counts, total, paths):
+            case messages.HitsCounted(hits, served, counts, total, paths):
                 self.cache.count_hits_elsewhere(hits, served)
                 if counts:
                     self.latency["hit"].merge(counts, total)
                 for path in paths:
                     self.cache.refresh_ahead(path)  # the reader's copy must not expire
-            case HangUps(clients):  # for /metrics here
+            case messages.HangUps(clients):  # for /metrics here
                 self.front.hangups += clients
-            case ChunksVerified(files, nbytes):
+            case messages.ChunksVerified(files, nbytes):
                 self.cache.stats.chunks_verified += files
                 self.cache.stats.bytes_verified += nbytes
-            case ChunksSuspect(names):
+            case messages.ChunksSuspect(names):
                 for name in names:
                     self._spawn_task(self.cache.recheck(name))
-            case Synced(seq):
+            case messages.Synced(seq):
                 waiter = reader.synced.pop(seq, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(None)
-            case ManifestWanted(path, offset):
+            case messages.ManifestWanted(path, offset):
                 # With where the read starts: its first chunk goes with the manifest.
                 self.cache.fetch_ahead(path, offset)
                 self._spawn_task(self._tell_manifest(reader, path))
-            case Ready():
+            case messages.Ready():
                 reader.listening = True
                 if not reader.ready.done():
                     reader.ready.set_result(None)
@@ -300,9 +283,9 @@ class ReaderPool:
                 return  # told to every reader by the cache's watcher
         else:
             expires_at = time.monotonic() + self.cache.manifest_time_left(path)
-            reader.channel.send(encode(self._manifest_message(path, manifest, expires_at)))
+            reader.channel.tell(self._manifest_message(path, manifest, expires_at))
             return
-        reader.channel.send(encode(ManifestUnknown(path)))
+        reader.channel.tell(messages.ManifestUnknown(path))
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -32,26 +32,8 @@ from spoke.cache.open_chunks import OpenChunks
 from spoke.cache.store import BadChunkFile, ChunkStore
 from spoke.config import SpokeConfig
 from spoke.serve.plain import OBJECTS, PlainReads
+from spoke.workers import messages
 from spoke.workers.channel import Channel, receiving
-from spoke.workers.messages import (
-    ChunksAdded,
-    ChunksGone,
-    ChunksSuspect,
-    ChunksVerified,
-    HandedOver,
-    HangUps,
-    HitsCounted,
-    ManifestFresh,
-    ManifestGone,
-    ManifestUnknown,
-    ManifestWanted,
-    Message,
-    Ready,
-    Sync,
-    Synced,
-    ToOwner,
-    encode,
-)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -85,20 +67,20 @@ class Mirror:
         self.served_bytes = 0
         self.latency = Histogram(READ_LATENCY_BUCKETS_S)
 
-    def apply(self, message: Message) -> None:
+    def apply(self, message: messages.Message) -> None:
         match message:
-            case ManifestFresh(path, wire, expires_at):
+            case messages.ManifestFresh(path, wire, expires_at):
                 self.manifests[path] = (decode_manifest(wire), expires_at)
                 self._answered(path)
-            case ManifestGone(path):
+            case messages.ManifestGone(path):
                 self.manifests.pop(path, None)
                 self._answered(path)
-            case ManifestUnknown(path):
+            case messages.ManifestUnknown(path):
                 self._answered(path)
-            case ChunksAdded(chunks):
+            case messages.ChunksAdded(chunks):
                 for name, expected in chunks:
                     self.names[name] = expected
-            case ChunksGone(names):
+            case messages.ChunksGone(names):
                 for name in names:
                     self.forget(name)
             case _:
@@ -121,7 +103,7 @@ class Mirror:
         asked = self._asked.get(path)
         if asked is None:
             asked = self._asked[path] = asyncio.get_running_loop().create_future()
-            channel.send(encode(ManifestWanted(path, offset)))
+            channel.tell(messages.ManifestWanted(path, offset))
         try:
             await asyncio.wait_for(asyncio.shield(asked), MANIFEST_WAIT_S)
         except TimeoutError:
@@ -184,40 +166,40 @@ class Mirror:
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)
 
-    def report(self) -> list[ToOwner]:
-        """What was served since the last report (:class:`HitsCounted`, the bytes and
-        latencies in the first), the chunk files hashed since (:class:`ChunksVerified`)
-        and those found bad (:class:`ChunksSuspect`)."""
+    def report(self) -> list[messages.ToOwner]:
+        """What was served since the last report (``HitsCounted``, the bytes and
+        latencies in the first), the chunk files hashed since (``ChunksVerified``)
+        and those found bad (``ChunksSuspect``): :mod:`spoke.workers.messages`."""
         return [*self._checks(), *self._served()]
 
-    def _checks(self) -> list[ToOwner]:
-        messages: list[ToOwner] = []
+    def _checks(self) -> list[messages.ToOwner]:
+        reports: list[messages.ToOwner] = []
         verified = (self.stats.chunks_verified, self.stats.bytes_verified)
         if verified != self._reported:
-            messages.append(ChunksVerified(verified[0] - self._reported[0],
-                                           verified[1] - self._reported[1]))
+            reports.append(messages.ChunksVerified(verified[0] - self._reported[0],
+                                                   verified[1] - self._reported[1]))
             self._reported = verified
         suspects = list(self.suspects)
         self.suspects.clear()
-        messages += [ChunksSuspect(suspects[i:i + MAX_REPORTED_NAMES])
-                     for i in range(0, len(suspects), MAX_REPORTED_NAMES)]
-        return messages
+        reports += [messages.ChunksSuspect(suspects[i:i + MAX_REPORTED_NAMES])
+                    for i in range(0, len(suspects), MAX_REPORTED_NAMES)]
+        return reports
 
-    def _served(self) -> list[HitsCounted]:
+    def _served(self) -> list[messages.HitsCounted]:
         if not self.hits and not self.latency.count:
             return []
         names, paths = list(self.hits.items()), list(self.paths_read)
-        messages = [
-            HitsCounted(dict(names[i:i + MAX_REPORTED_NAMES]), 0, [], 0.0,
-                        paths[i:i + MAX_REPORTED_NAMES])
+        reports = [
+            messages.HitsCounted(dict(names[i:i + MAX_REPORTED_NAMES]), 0, [], 0.0,
+                                 paths[i:i + MAX_REPORTED_NAMES])
             for i in range(0, max(1, len(names), len(paths)), MAX_REPORTED_NAMES)
         ]
-        messages[0] = messages[0]._replace(served_bytes=self.served_bytes,
-                                           latency_counts=self.latency.counts,
-                                           latency_sum=self.latency.sum)
+        reports[0] = reports[0]._replace(served_bytes=self.served_bytes,
+                                         latency_counts=self.latency.counts,
+                                         latency_sum=self.latency.sum)
         self.hits, self.paths_read, self.served_bytes = {}, set(), 0
         self.latency = Histogram(READ_LATENCY_BUCKETS_S)
-        return messages
+        return reports
 
     def close(self) -> None:
         self._fds.close()
@@ -329,7 +311,7 @@ class HandOver(asyncio.Protocol):
             transport.abort()
             return
         sock = transport.get_extra_info("socket")
-        self.channel.send(encode(HandedOver(bytes(self._received))), [os.dup(sock.fileno())])
+        self.channel.tell(messages.HandedOver(bytes(self._received)), [os.dup(sock.fileno())])
         # Closing our descriptor leaves the connection open: the owner holds it now.
         transport.close()
 
@@ -341,11 +323,11 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     mirror = Mirror(ChunkStore(config.cache_dir))
     channel: Channel
 
-    def on_message(message: Message, fds: list[int]) -> None:
+    def on_message(message: messages.Message, fds: list[int]) -> None:
         for fd in fds:
             os.close(fd)
-        if isinstance(message, Sync):
-            channel.send(encode(Synced(message.seq)))  # every change before it is applied
+        if isinstance(message, messages.Sync):
+            channel.tell(messages.Synced(message.seq))  # every change before it is applied
         else:
             mirror.apply(message)
 
@@ -360,13 +342,13 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     )
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    channel.send(encode(Ready()))
+    channel.tell(messages.Ready())
 
     def report() -> None:
         for message in mirror.report():
-            channel.send(encode(message))
+            channel.tell(message)
         if server.front.hangups:
-            channel.send(encode(HangUps(server.front.hangups)))
+            channel.tell(messages.HangUps(server.front.hangups))
             server.front.hangups = 0
 
     async def report_step() -> None:
