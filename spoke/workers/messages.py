@@ -239,7 +239,8 @@ def _told_chunks(value: object) -> list[ToldChunk]:
         name, (size, alg, digest) = item
         if type(name) is not str or type(size) is not int or type(alg) is not str \
                 or type(digest) is not bytes:
-            raise BadMessage(f"a chunk's fields are {[type(v).__name__ for v in item]}")
+            kinds = [type(v).__name__ for v in (name, size, alg, digest)]
+            raise BadMessage(f"a chunk's fields are {kinds}, not [str, int, str, bytes]")
         chunks.append(new(ToldChunk, (name, new(Expected, (size, alg, digest)))))
     return chunks
 

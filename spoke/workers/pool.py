@@ -11,15 +11,16 @@ route) goes to the owner with its connection: the reader passes the socket itsel
 the bytes it had read of it, and the owner answers it, and whatever follows on it, as
 if it had accepted it.
 
-Over a :class:`~spoke.workers.channel.Channel` per reader, the owner tells every change (a
-manifest fresh until when, or forgotten; a chunk stored, or gone) and the reader tells
-which chunks it served, every 50 ms, so the policy counts those accesses and ``/stats``
-the hits. A purge answers only once every reader has applied it. Chunk files are never
-rewritten in place: a reader's read of a chunk evicted a moment ago still gets that
-chunk's verified bytes, or fails and hands the request over. A stored chunk is told
-with what its file must hold (size, digest): a reader checks each file itself before
-it serves it (:mod:`spoke.cache.integrity`); one it finds bad it lets go, tells the owner
-of (which hashes it again, and drops it if it is bad), and hands the read over.
+Over a :class:`~spoke.workers.channel.Channel` per reader, in the records of
+:mod:`spoke.workers.messages`, the owner tells every change (a manifest fresh until
+when, or forgotten; a chunk stored, or gone) and the reader tells which chunks it
+served, every 50 ms, so the policy counts those accesses and ``/stats`` the hits. A
+purge answers only once every reader has applied it. Chunk files are never rewritten in
+place: a reader's read of a chunk evicted a moment ago still gets that chunk's verified
+bytes, or fails and hands the request over. A stored chunk is told with what its file
+must hold (size, digest): a reader checks each file itself before it serves it
+(:mod:`spoke.cache.integrity`); one it finds bad it lets go, tells the owner of (which
+hashes it again, and drops it if it is bad), and hands the read over.
 
 Measured before building (``loadtest/README``: two spokes on one port): 64 KiB hits
 went from 11.3k to 19.4k requests/s on 2 cores.
