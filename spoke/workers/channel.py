@@ -19,6 +19,8 @@ from typing import Any
 
 import msgpack
 
+from spoke.workers.messages import BadMessage, Message, decode, encode
+
 logger = logging.getLogger(__name__)
 
 # Below the default socket buffer (~208 KiB), so any message fits in one packet.
@@ -26,6 +28,7 @@ MAX_MESSAGE_BYTES = 64 << 10
 MAX_FDS = 4
 
 Handler = Callable[[list[Any], list[int]], None]
+RecordHandler = Callable[[Message, list[int]], None]
 
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:
@@ -60,6 +63,10 @@ class Channel:
         self._out.append((data, list(fds)))
         if not self._waiting:
             self._flush()
+
+    def tell(self, message: Message, fds: Sequence[int] = ()) -> None:
+        """:meth:`send` one of :mod:`spoke.workers.messages`' records."""
+        self.send(encode(message), fds)
 
     def close(self) -> None:
         if self._closed:
@@ -119,10 +126,30 @@ class Channel:
                 if not isinstance(message, list) or not message:
                     raise ValueError("not a message")
             except Exception as exc:  # a bug on the other side, not a reason to stop
-                logger.error("dropping a bad channel message: %s", exc)
-                _close_all(fds)
+                _drop(exc, fds)
                 continue
             self._on_message(message, fds)
+
+
+def receiving(on_record: RecordHandler) -> Handler:
+    """A channel's ``on_message`` handing ``on_record`` each message decoded
+    (:mod:`spoke.workers.messages`); one that decodes to no record is dropped, and
+    logged, as one that does not unpack is."""
+
+    def on_message(message: list[Any], fds: list[int]) -> None:
+        try:
+            record = decode(message)
+        except BadMessage as exc:
+            _drop(exc, fds)
+            return
+        on_record(record, fds)
+
+    return on_message
+
+
+def _drop(error: Exception, fds: Sequence[int]) -> None:
+    logger.error("dropping a bad channel message: %s", error)
+    _close_all(fds)
 
 
 def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:

@@ -11,15 +11,16 @@ route) goes to the owner with its connection: the reader passes the socket itsel
 the bytes it had read of it, and the owner answers it, and whatever follows on it, as
 if it had accepted it.
 
-Over a :class:`~spoke.workers.channel.Channel` per reader, the owner tells every change (a
-manifest fresh until when, or forgotten; a chunk stored, or gone) and the reader tells
-which chunks it served, every 50 ms, so the policy counts those accesses and ``/stats``
-the hits. A purge answers only once every reader has applied it. Chunk files are never
-rewritten in place: a reader's read of a chunk evicted a moment ago still gets that
-chunk's verified bytes, or fails and hands the request over. A stored chunk is told
-with what its file must hold (size, digest): a reader checks each file itself before
-it serves it (:mod:`spoke.cache.integrity`); one it finds bad it lets go, tells the owner
-of (which hashes it again, and drops it if it is bad), and hands the read over.
+Over a :class:`~spoke.workers.channel.Channel` per reader, in the records of
+:mod:`spoke.workers.messages`, the owner tells every change (a manifest fresh until
+when, or forgotten; a chunk stored, or gone) and the reader tells which chunks it
+served, every 50 ms, so the policy counts those accesses and ``/stats`` the hits. A
+purge answers only once every reader has applied it. Chunk files are never rewritten in
+place: a reader's read of a chunk evicted a moment ago still gets that chunk's verified
+bytes, or fails and hands the request over. A stored chunk is told with what its file
+must hold (size, digest): a reader checks each file itself before it serves it
+(:mod:`spoke.cache.integrity`); one it finds bad it lets go, tells the owner of (which
+hashes it again, and drops it if it is bad), and hands the read over.
 
 Measured before building (``loadtest/README``: two spokes on one port): 64 KiB hits
 went from 11.3k to 19.4k requests/s on 2 cores.
@@ -46,7 +47,8 @@ from protocol.manifest import Manifest, encode_manifest
 from service.front import FRONT, FrontStats
 from service.metrics import Histogram
 from spoke.cache.engine import ChunkCache
-from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair
+from spoke.workers import messages
+from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair, receiving
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +125,7 @@ class ReaderPool:
             theirs.close()
         reader = _Reader(proc, asyncio.get_running_loop().create_future(), cpu=cpu)
         reader.channel = Channel(
-            ours, partial(self._on_message, reader), partial(self._on_close, reader)
+            ours, receiving(partial(self._on_message, reader)), partial(self._on_close, reader)
         )
         self.readers.append(reader)
         self._send_snapshot(reader.channel)
@@ -158,7 +160,7 @@ class ReaderPool:
             if reader.channel.closed:
                 continue
             reader.synced[self._seq] = loop.create_future()
-            reader.channel.send(["sync", self._seq])
+            reader.channel.tell(messages.Sync(self._seq))
             waits.append((reader, reader.synced[self._seq]))
         for reader, waiter in waits:
             try:
@@ -196,73 +198,77 @@ class ReaderPool:
         self._tell(self._manifest_message(path, manifest, expires_at))
 
     def manifest_gone(self, path: str) -> None:
-        self._tell(["gone", path])
+        self._tell(messages.ManifestGone(path))
 
     def chunk_added(self, name: str) -> None:
         expected = self.cache.expected(name)
         if expected is not None:
-            self._tell(["add", [[name, *expected]]])
+            self._tell(messages.ChunksAdded([messages.ToldChunk(name, expected)]))
 
     def chunk_gone(self, name: str) -> None:
-        self._tell(["drop", [name]])
+        self._tell(messages.ChunksGone([name]))
 
     # -- plumbing ---------------------------------------------------------------
 
-    def _tell(self, message: list[Any]) -> None:
+    def _tell(self, message: messages.Message) -> None:
+        wire = messages.encode(message)
         for reader in self.readers:
-            reader.channel.send(message)
+            reader.channel.send(wire)
 
     @staticmethod
-    def _manifest_message(path: str, manifest: Manifest, expires_at: float) -> list[Any]:
+    def _manifest_message(
+        path: str, manifest: Manifest, expires_at: float
+    ) -> messages.ManifestFresh | messages.ManifestGone:
         wire = encode_manifest(manifest)
         if len(wire) > MAX_MIRRORED_MANIFEST_BYTES:
-            return ["gone", path]  # not mirrored: never let an older version stand
-        return ["manifest", path, wire, expires_at]
+            return messages.ManifestGone(path)  # not mirrored: never let an older version stand
+        return messages.ManifestFresh(path, wire, expires_at)
 
     def _send_snapshot(self, channel: Channel) -> None:
         manifests, _ = self.cache.snapshot()
         for path, manifest, expires_at in manifests:
-            channel.send(self._manifest_message(path, manifest, expires_at))
-        chunks = [[name, *expected] for name, expected in self.cache.expectations()]
+            channel.tell(self._manifest_message(path, manifest, expires_at))
+        chunks = [messages.ToldChunk(name, expected)
+                  for name, expected in self.cache.expectations()]
         for i in range(0, len(chunks), SNAPSHOT_BATCH):
-            channel.send(["add", chunks[i:i + SNAPSHOT_BATCH]])
+            channel.tell(messages.ChunksAdded(chunks[i:i + SNAPSHOT_BATCH]))
 
-    def _on_message(self, reader: _Reader, message: list[Any], fds: list[int]) -> None:
-        kind = message[0]
-        if kind == "conn" and len(fds) == 1:
-            self._adopt(fds[0], bytes(message[1]))
+    def _on_message(self, reader: _Reader, message: messages.Message, fds: list[int]) -> None:
+        if isinstance(message, messages.HandedOver) and len(fds) == 1:
+            self._adopt(fds[0], message.received)
             return
         for fd in fds:
             os.close(fd)
-        if kind == "hits":
-            _, hits, served, counts, total, paths = message
-            self.cache.count_hits_elsewhere(hits, served)
-            if counts:
-                self.latency["hit"].merge(counts, total)
-            for path in paths:
-                self.cache.refresh_ahead(path)  # the reader's copy must not expire
-        elif kind == "hangups":  # clients gone mid-answer on a reader, for /metrics here
-            self.front.hangups += message[1]
-        elif kind == "verified":  # chunk files the reader hashed before serving them
-            self.cache.stats.chunks_verified += message[1]
-            self.cache.stats.bytes_verified += message[2]
-        elif kind == "suspect":  # chunk files the reader found bad
-            for name in message[1]:
-                self._spawn_task(self.cache.recheck(name))
-        elif kind == "synced":
-            waiter = reader.synced.pop(message[1], None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        elif kind == "want":
-            # With where the read starts: its first chunk goes with the manifest.
-            self.cache.fetch_ahead(message[1], message[2])
-            self._spawn_task(self._tell_manifest(reader, message[1]))
-        elif kind == "ready":
-            reader.listening = True
-            if not reader.ready.done():
-                reader.ready.set_result(None)
-        else:
-            logger.error("unknown message from reader worker %d: %r", reader.proc.pid, kind)
+        match message:
+            case messages.HitsCounted(hits, served, counts, total, paths):
+                self.cache.count_hits_elsewhere(hits, served)
+                if counts:
+                    self.latency["hit"].merge(counts, total)
+                for path in paths:
+                    self.cache.refresh_ahead(path)  # the reader's copy must not expire
+            case messages.HangUps(clients):  # for /metrics here
+                self.front.hangups += clients
+            case messages.ChunksVerified(files, nbytes):
+                self.cache.stats.chunks_verified += files
+                self.cache.stats.bytes_verified += nbytes
+            case messages.ChunksSuspect(names):
+                for name in names:
+                    self._spawn_task(self.cache.recheck(name))
+            case messages.Synced(seq):
+                waiter = reader.synced.pop(seq, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+            case messages.ManifestWanted(path, offset):
+                # With where the read starts: its first chunk goes with the manifest.
+                self.cache.fetch_ahead(path, offset)
+                self._spawn_task(self._tell_manifest(reader, path))
+            case messages.Ready():
+                reader.listening = True
+                if not reader.ready.done():
+                    reader.ready.set_result(None)
+            case _:
+                logger.error("unexpected message from reader worker %d: %r",
+                             reader.proc.pid, type(message).__name__)
 
     async def _tell_manifest(self, reader: _Reader, path: str) -> None:
         """A reader wants ``path``'s manifest: fresh from here, else from the hub (all
@@ -278,9 +284,9 @@ class ReaderPool:
                 return  # told to every reader by the cache's watcher
         else:
             expires_at = time.monotonic() + self.cache.manifest_time_left(path)
-            reader.channel.send(self._manifest_message(path, manifest, expires_at))
+            reader.channel.tell(self._manifest_message(path, manifest, expires_at))
             return
-        reader.channel.send(["unknown", path])
+        reader.channel.tell(messages.ManifestUnknown(path))
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

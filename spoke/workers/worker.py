@@ -33,7 +33,8 @@ from spoke.cache.store import BadChunkFile, ChunkStore
 from spoke.config import SpokeConfig
 from spoke.serve.plain import OBJECTS, PlainReads
 from spoke.serve.stats import READ_LATENCY_BUCKETS_S
-from spoke.workers.channel import Channel
+from spoke.workers import messages
+from spoke.workers.channel import Channel, receiving
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -67,25 +68,24 @@ class Mirror:
         self.served_bytes = 0
         self.latency = Histogram(READ_LATENCY_BUCKETS_S)
 
-    def apply(self, message: list[Any]) -> None:
-        kind = message[0]
-        if kind == "manifest":
-            _, path, wire, expires_at = message
-            self.manifests[path] = (decode_manifest(wire), expires_at)
-            self._answered(path)
-        elif kind == "gone":
-            self.manifests.pop(message[1], None)
-            self._answered(message[1])
-        elif kind == "unknown":  # the owner has no fresh manifest to give (hub down...)
-            self._answered(message[1])
-        elif kind == "add":
-            for name, size, alg, digest in message[1]:
-                self.names[name] = Expected(size, alg, digest)
-        elif kind == "drop":
-            for name in message[1]:
-                self.forget(name)  # a purged chunk's bytes must not stay readable here
-        else:
-            raise ValueError(f"unknown change {kind!r}")
+    def apply(self, message: messages.Message) -> None:
+        match message:
+            case messages.ManifestFresh(path, wire, expires_at):
+                self.manifests[path] = (decode_manifest(wire), expires_at)
+                self._answered(path)
+            case messages.ManifestGone(path):
+                self.manifests.pop(path, None)
+                self._answered(path)
+            case messages.ManifestUnknown(path):
+                self._answered(path)
+            case messages.ChunksAdded(chunks):
+                for name, expected in chunks:
+                    self.names[name] = expected
+            case messages.ChunksGone(names):
+                for name in names:
+                    self.forget(name)
+            case _:
+                logger.error("unexpected message from the owner: %r", type(message).__name__)
 
     def manifest(self, path: str) -> Manifest | None:
         """``path``'s manifest if the owner holds it fresh."""
@@ -104,7 +104,7 @@ class Mirror:
         asked = self._asked.get(path)
         if asked is None:
             asked = self._asked[path] = asyncio.get_running_loop().create_future()
-            channel.send(["want", path, offset])
+            channel.tell(messages.ManifestWanted(path, offset))
         try:
             await asyncio.wait_for(asyncio.shield(asked), MANIFEST_WAIT_S)
         except TimeoutError:
@@ -167,39 +167,40 @@ class Mirror:
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)
 
-    def report(self) -> list[list[Any]]:
-        """What was served since the last report, as ``["hits", {chunk name: count},
-        bytes, latency bucket counts, latency sum, [paths read]]`` messages; the chunk
-        files hashed since, as ``["verified", files, bytes]``; those found bad, as
-        ``["suspect", [chunk names]]``."""
+    def report(self) -> list[messages.ToOwner]:
+        """What was served since the last report (``HitsCounted``, the bytes and
+        latencies in the first), the chunk files hashed since (``ChunksVerified``)
+        and those found bad (``ChunksSuspect``): :mod:`spoke.workers.messages`."""
         return [*self._checks(), *self._served()]
 
-    def _checks(self) -> list[list[Any]]:
-        messages: list[list[Any]] = []
+    def _checks(self) -> list[messages.ToOwner]:
+        reports: list[messages.ToOwner] = []
         verified = (self.stats.chunks_verified, self.stats.bytes_verified)
         if verified != self._reported:
-            messages.append(["verified", verified[0] - self._reported[0],
-                             verified[1] - self._reported[1]])
+            reports.append(messages.ChunksVerified(verified[0] - self._reported[0],
+                                                   verified[1] - self._reported[1]))
             self._reported = verified
         suspects = list(self.suspects)
         self.suspects.clear()
-        messages += [["suspect", suspects[i:i + MAX_REPORTED_NAMES]]
-                     for i in range(0, len(suspects), MAX_REPORTED_NAMES)]
-        return messages
+        reports += [messages.ChunksSuspect(suspects[i:i + MAX_REPORTED_NAMES])
+                    for i in range(0, len(suspects), MAX_REPORTED_NAMES)]
+        return reports
 
-    def _served(self) -> list[list[Any]]:
+    def _served(self) -> list[messages.HitsCounted]:
         if not self.hits and not self.latency.count:
             return []
         names, paths = list(self.hits.items()), list(self.paths_read)
-        messages: list[list[Any]] = [
-            ["hits", dict(names[i:i + MAX_REPORTED_NAMES]), 0, [], 0.0,
-             paths[i:i + MAX_REPORTED_NAMES]]
+        reports = [
+            messages.HitsCounted(dict(names[i:i + MAX_REPORTED_NAMES]), 0, [], 0.0,
+                                 paths[i:i + MAX_REPORTED_NAMES])
             for i in range(0, max(1, len(names), len(paths)), MAX_REPORTED_NAMES)
         ]
-        messages[0][2:5] = [self.served_bytes, self.latency.counts, self.latency.sum]
+        reports[0] = reports[0]._replace(served_bytes=self.served_bytes,
+                                         latency_counts=self.latency.counts,
+                                         latency_sum=self.latency.sum)
         self.hits, self.paths_read, self.served_bytes = {}, set(), 0
         self.latency = Histogram(READ_LATENCY_BUCKETS_S)
-        return messages
+        return reports
 
     def close(self) -> None:
         self._fds.close()
@@ -311,7 +312,7 @@ class HandOver(asyncio.Protocol):
             transport.abort()
             return
         sock = transport.get_extra_info("socket")
-        self.channel.send(["conn", bytes(self._received)], [os.dup(sock.fileno())])
+        self.channel.tell(messages.HandedOver(bytes(self._received)), [os.dup(sock.fileno())])
         # Closing our descriptor leaves the connection open: the owner holds it now.
         transport.close()
 
@@ -323,15 +324,15 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     mirror = Mirror(ChunkStore(config.cache_dir))
     channel: Channel
 
-    def on_message(message: list[Any], fds: list[int]) -> None:
+    def on_message(message: messages.Message, fds: list[int]) -> None:
         for fd in fds:
             os.close(fd)
-        if message[0] == "sync":
-            channel.send(["synced", message[1]])  # every change before it is applied
+        if isinstance(message, messages.Sync):
+            channel.tell(messages.Synced(message.seq))  # every change before it is applied
         else:
             mirror.apply(message)
 
-    channel = Channel(socket.socket(fileno=channel_fd), on_message, stop.set)
+    channel = Channel(socket.socket(fileno=channel_fd), receiving(on_message), stop.set)
     limits = ConnectionLimits(config.max_connections_per_client, config.header_timeout_s)
     server = FastServer(
         ReaderReads(mirror, channel, checks_tokens=config.auth_secret_file is not None),
@@ -342,13 +343,13 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     )
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    channel.send(["ready"])
+    channel.tell(messages.Ready())
 
     def report() -> None:
         for message in mirror.report():
-            channel.send(message)
+            channel.tell(message)
         if server.front.hangups:
-            channel.send(["hangups", server.front.hangups])
+            channel.tell(messages.HangUps(server.front.hangups))
             server.front.hangups = 0
 
     async def report_step() -> None:
