@@ -1,0 +1,175 @@
+"""Settings declared once: each is a field of a config dataclass, and that one declaration
+gives the field, its command-line flag, its ``HUBSPOKE_<FLAG>`` environment variable, its
+default, the function that parses and checks its text, and its ``--help`` line.
+
+    @settings
+    class Listen:
+        port: int = setting("--port", default=8700, parse=int, help="port to bind")
+
+:func:`add_settings` adds a config class's flags to a parser, :func:`config_from` builds the
+config from what the parser returns. Every flag reads its environment variable as its default,
+so the flag wins; argparse parses a default given as text with the setting's ``parse``, so a
+bad variable is refused with the same message as a bad flag. A default is written as on the
+command line (``"256MiB"``) or as the value itself (``8701``); ``--help`` shows it as written.
+
+Groups of settings that the hub and the spoke share (logging, auth, TLS, limits) are config
+classes of their own, in the service module of their idea; a server's config inherits them.
+Checks that involve two settings stay explicit code after parsing (see :mod:`service.tls`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform, overload
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T")
+C = TypeVar("C")
+D = TypeVar("D", bound="DataclassInstance")
+
+_KEY = "hubspoke.setting"
+
+
+class _Required(enum.Enum):
+    REQUIRED = "required"
+
+
+REQUIRED = _Required.REQUIRED  # no default: the flag (or its variable) must be given
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting's declaration, kept in its field's metadata."""
+
+    flag: str
+    help: str
+    parse: Callable[[str], object]
+    # As written on the command line ("256MiB"), or the value itself; REQUIRED for none.
+    default: object = REQUIRED
+    choices: Sequence[str] | None = None
+    switch: bool = False  # a flag without a value (store_true); its variable reads 1/true/yes/on
+    internal: bool = False  # set by the servers themselves: no --help line, no variable
+
+    @property
+    def dest(self) -> str:
+        """The attribute argparse stores it under: ``--cache-dir`` → ``cache_dir``."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def env(self) -> str | None:
+        """Its environment variable, ``HUBSPOKE_CACHE_DIR``; None for an internal one."""
+        return None if self.internal else env_name(self.flag)
+
+    def value(self) -> object:
+        """The default as the field holds it (parsed when written as text)."""
+        return self.parse(self.default) if isinstance(self.default, str) else self.default
+
+
+@overload
+def setting(
+    flag: str, *, help: str, default: str | _Required | None = REQUIRED,
+    choices: Sequence[str] | None = None, internal: bool = False,
+) -> str: ...
+
+
+@overload
+def setting(
+    flag: str, *, help: str, parse: Callable[[str], T],
+    default: T | str | _Required | None = REQUIRED,
+    switch: bool = False, internal: bool = False,
+) -> T: ...
+
+
+def setting(
+    flag: str, *, help: str, parse: Callable[[str], Any] = str, default: Any = REQUIRED,
+    choices: Sequence[str] | None = None, switch: bool = False, internal: bool = False,
+) -> Any:
+    """A config field that is also the flag ``flag`` (and its environment variable)."""
+    spec = Setting(flag, help, parse, default, choices, switch, internal)
+    if default is REQUIRED:
+        return dataclasses.field(metadata={_KEY: spec})
+    return dataclasses.field(default=spec.value(), metadata={_KEY: spec})
+
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(setting,))
+def settings(cls: type[C]) -> type[C]:
+    """Make ``cls`` a config class: a frozen dataclass of :func:`setting` fields, keyword-only
+    (so a config may inherit groups of settings in any order)."""
+    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+
+def declared(cls: type[DataclassInstance]) -> list[Setting]:
+    """``cls``'s settings in the order its source reads: each base's, left to right, then its
+    own (``dataclasses.fields`` lists the last base's first)."""
+    owners = (*cls.__mro__[1:], cls)
+    names = dict.fromkeys(
+        name for owner in owners for name in vars(owner).get("__annotations__", {})
+    )
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    return [by_name[name].metadata[_KEY] for name in names if name in by_name]
+
+
+def add_settings(
+    parser: argparse.ArgumentParser, cls: type[DataclassInstance], env: Mapping[str, str],
+    only: Sequence[str] | None = None,
+) -> None:
+    """Add the flags of ``cls``'s settings (or of those whose flag is in ``only``)."""
+    for spec in declared(cls):
+        if only is not None and spec.flag not in only:
+            continue
+        if spec.internal:
+            parser.add_argument(spec.flag, type=spec.parse, help=argparse.SUPPRESS)
+            continue
+        default = None if spec.default is REQUIRED else spec.default
+        extra: dict[str, Any] = ({"action": "store_true"} if spec.switch
+                                 else {"type": spec.parse, "choices": spec.choices})
+        add_flag(parser, spec.flag, env=env, default=default, required=spec.default is REQUIRED,
+                 help=spec.help, **extra)
+
+
+def config_from(cls: type[D], args: argparse.Namespace) -> D:
+    """The config of class ``cls`` that parsed ``args`` (from :func:`add_settings`) give."""
+    values: dict[str, object] = {}
+    for f in dataclasses.fields(cls):
+        spec: Setting = f.metadata[_KEY]
+        value = getattr(args, spec.dest)
+        if spec.switch and isinstance(value, str):  # its variable's text: argparse leaves it
+            value = spec.parse(value)
+        elif spec.default is None and value == "":  # an empty variable leaves it unset
+            value = None
+        values[f.name] = value
+    return cls(**values)
+
+
+def env_name(flag: str) -> str:
+    """``--cache-dir`` → ``HUBSPOKE_CACHE_DIR``."""
+    return "HUBSPOKE_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def add_flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    *,
+    env: Mapping[str, str],
+    default: Any = None,
+    required: bool = False,
+    help: str,
+    **kwargs: Any,
+) -> None:
+    """Add ``flag`` whose default comes from its environment variable when set."""
+    name = env_name(flag)
+    from_env = env.get(name)
+    value = from_env if from_env is not None else default
+    needed = required and value is None
+    suffix = f" [env {name}]" + (f" (default: {default})" if default is not None else "")
+    parser.add_argument(flag, default=value, required=needed, help=help + suffix, **kwargs)
+
+
+def switch(text: str) -> bool:
+    """A switch's environment variable: on for ``1``, ``true``, ``yes``, ``on``."""
+    return text.strip().lower() in ("1", "true", "yes", "on")
