@@ -10,15 +10,22 @@ from protocol.digests import DEFAULT_DIGEST_ALG, digest_algorithms
 from service.auth import AuthSettings
 from service.cli import LoggingSettings, positive, size_arg
 from service.limits import LimitSettings
+from service.runner import ListenSettings
 from service.settings import add_settings, config_from, setting, settings
 from service.tls import TlsSettings, parse_checked
 
+
 @settings
 class _Objects:
-    """What the hub serves, and where."""
+    """What the hub serves."""
 
     root: str = setting("--root", help="directory holding the objects")
-    host: str = setting("--host", default="127.0.0.1", help="address to bind")
+
+
+@settings
+class _Serving:
+    """Its port, and how it cuts objects into chunks."""
+
     port: int = setting("--port", default=8700, parse=int, help="port (0 picks a free one)")
     chunk_size: int = setting("--chunk-size", default="4MiB", parse=positive(size_arg),
                               help="chunk size of manifests (bytes or 4MiB-style)")
@@ -27,7 +34,8 @@ class _Objects:
 
 
 @settings
-class HubConfig(_Objects, LoggingSettings, AuthSettings, TlsSettings, LimitSettings):
+class HubConfig(_Objects, ListenSettings, _Serving, LoggingSettings, AuthSettings, TlsSettings,
+                LimitSettings):
     """``python -m hub serve``'s settings, its flags in this order."""
 
 

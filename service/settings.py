@@ -127,9 +127,26 @@ def add_settings(
             continue
         default = None if spec.default is REQUIRED else spec.default
         extra: dict[str, Any] = ({"action": "store_true"} if spec.switch
-                                 else {"type": spec.parse, "choices": spec.choices})
+                                 else {"type": _typed(spec), "choices": spec.choices})
         add_flag(parser, spec.flag, env=env, default=default, required=spec.default is REQUIRED,
                  help=spec.help, **extra)
+
+
+def _typed(spec: Setting) -> Callable[[str], object]:
+    """The ``type=`` of ``spec``'s flag. argparse checks ``choices`` only on a value given as
+    a flag, not on a default, so a choice's variable is checked here, in argparse's words."""
+    choices = spec.choices
+    if choices is None:
+        return spec.parse
+
+    def choice(text: str) -> object:
+        value = spec.parse(text)
+        if value not in choices:
+            listed = ", ".join(map(repr, choices))
+            raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {listed})")
+        return value
+
+    return choice
 
 
 def config_from(cls: type[D], args: argparse.Namespace) -> D:

@@ -12,6 +12,7 @@ from protocol.paths import validate_prefix
 from service.auth import AuthSettings
 from service.cli import LoggingSettings, positive, size_arg
 from service.limits import LimitSettings
+from service.runner import ListenSettings
 from service.settings import add_flag, add_settings, config_from, setting, settings, switch
 from service.tls import TlsSettings, parse_checked
 from spoke.workers.cpus import AFFINITIES
@@ -78,15 +79,20 @@ def _workers(text: str) -> int:
 
 
 @settings
-class _Cache:
-    """The cache: its hub, its disk, and how it fetches, keeps and drops chunks."""
+class _Store:
+    """The hub it caches, and on which disk, how much, evicting how."""
 
     hub_url: str = setting("--hub", help="base URL of the hub")
     cache_dir: str = setting("--cache-dir", help="directory of the chunk cache")
     capacity_bytes: int = setting("--capacity", parse=positive(size_arg),
                                   help="hard limit on cached bytes on disk (e.g. 50GiB)")
     policy: str = setting("--policy", default="arc", choices=POLICIES, help="eviction policy")
-    host: str = setting("--host", default="127.0.0.1", help="address to bind")
+
+
+@settings
+class _Cache:
+    """Its port, and how it fetches, keeps and drops chunks."""
+
     port: int = setting("--port", default=8701, parse=int, help="port (0 picks a free one)")
     meta_ttl_s: float = setting(
         "--meta-ttl", default=5.0, parse=float,
@@ -160,8 +166,8 @@ class _HubAccess:
 
 
 @settings
-class SpokeConfig(_Cache, LoggingSettings, AuthSettings, _HubAccess, TlsSettings,
-                  LimitSettings):
+class SpokeConfig(_Store, ListenSettings, _Cache, LoggingSettings, AuthSettings, _HubAccess,
+                  TlsSettings, LimitSettings):
     """``python -m spoke serve``'s settings, its flags in this order."""
 
     workers: int = setting(
