@@ -67,6 +67,22 @@ def test_every_setting_has_a_flag_a_variable_a_help_line_and_its_default(
                 assert f"[env {spec.env}] (default: {spec.default})" in text
 
 
+def test_help_lists_the_flags_in_the_order_the_config_reads() -> None:
+    def flags(parser: Any) -> list[str]:
+        usage = serve_help(parser({})).split("\n\n")[0]
+        return [word.strip("[]") for word in usage.split() if word.startswith(("--", "[--"))]
+
+    spoke = flags(spoke_parser)
+    assert spoke[:6] == ["--hub", "--cache-dir", "--capacity", "--policy", "--host", "--port"]
+    assert spoke[-2:] == ["--workers", "--cpu-affinity"]
+    assert spoke.index("--access-log") < spoke.index("--hub-token-file") < spoke.index("--tls-cert")
+    assert flags(hub_parser) == [
+        "--root", "--host", "--port", "--chunk-size", "--digest-alg", "--log-level",
+        "--log-format", "--access-log", "--auth-secret-file", "--auth-previous-secret-file",
+        "--metrics-auth", "--tls-cert", "--tls-key", "--max-inflight-per-client",
+        "--max-connections-per-client", "--header-timeout", "--keepalive-timeout"]
+
+
 def test_the_shared_settings_are_the_same_declarations_on_hub_and_spoke() -> None:
     hub = {spec.flag: spec for spec in declared(HubConfig)}
     spoke = {spec.flag: spec for spec in declared(SpokeConfig)}
