@@ -23,7 +23,7 @@ import argparse
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, dataclass_transform, overload
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -32,7 +32,7 @@ T = TypeVar("T")
 C = TypeVar("C")
 D = TypeVar("D", bound="DataclassInstance")
 
-_KEY = "hubspoke.setting"
+METADATA_KEY = "hubspoke.setting"  # the Setting in each config field's metadata
 
 
 class _Required(enum.Enum):
@@ -80,20 +80,29 @@ def setting(
 @overload
 def setting(
     flag: str, *, help: str, parse: Callable[[str], T],
-    default: T | str | _Required | None = REQUIRED,
-    switch: bool = False, internal: bool = False,
+    default: T | str | _Required | None = REQUIRED, internal: bool = False,
 ) -> T: ...
+
+
+@overload
+def setting(flag: str, *, help: str, switch: Literal[True], default: bool = False) -> bool: ...
 
 
 def setting(
     flag: str, *, help: str, parse: Callable[[str], Any] = str, default: Any = REQUIRED,
     choices: Sequence[str] | None = None, switch: bool = False, internal: bool = False,
 ) -> Any:
-    """A config field that is also the flag ``flag`` (and its environment variable)."""
+    """A config field that is also the flag ``flag`` (and its environment variable).
+
+    ``parse`` turns its text into the value (raising ``argparse.ArgumentTypeError`` or
+    ``ValueError`` on a bad one); a ``switch`` is a flag without a value, off by default.
+    """
+    if switch:
+        parse = _switched_on
     spec = Setting(flag, help, parse, default, choices, switch, internal)
     if default is REQUIRED:
-        return dataclasses.field(metadata={_KEY: spec})
-    return dataclasses.field(default=spec.value(), metadata={_KEY: spec})
+        return dataclasses.field(metadata={METADATA_KEY: spec})
+    return dataclasses.field(default=spec.value(), metadata={METADATA_KEY: spec})
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(setting,))
@@ -111,7 +120,7 @@ def declared(cls: type[DataclassInstance]) -> list[Setting]:
         name for owner in owners for name in vars(owner).get("__annotations__", {})
     )
     by_name = {f.name: f for f in dataclasses.fields(cls)}
-    return [by_name[name].metadata[_KEY] for name in names if name in by_name]
+    return [by_name[name].metadata[METADATA_KEY] for name in names if name in by_name]
 
 
 def add_settings(
@@ -153,7 +162,7 @@ def config_from(cls: type[D], args: argparse.Namespace) -> D:
     """The config of class ``cls`` that parsed ``args`` (from :func:`add_settings`) give."""
     values: dict[str, object] = {}
     for f in dataclasses.fields(cls):
-        spec: Setting = f.metadata[_KEY]
+        spec: Setting = f.metadata[METADATA_KEY]
         value = getattr(args, spec.dest)
         if spec.switch and isinstance(value, str):  # its variable's text: argparse leaves it
             value = spec.parse(value)
@@ -187,6 +196,6 @@ def add_flag(
     parser.add_argument(flag, default=value, required=needed, help=help + suffix, **kwargs)
 
 
-def switch(text: str) -> bool:
+def _switched_on(text: str) -> bool:
     """A switch's environment variable: on for ``1``, ``true``, ``yes``, ``on``."""
     return text.strip().lower() in ("1", "true", "yes", "on")

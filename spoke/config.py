@@ -13,18 +13,15 @@ from service.auth import AuthSettings
 from service.cli import LoggingSettings, positive, size_arg
 from service.limits import LimitSettings
 from service.runner import ListenSettings
-from service.settings import add_flag, add_settings, config_from, setting, settings, switch
+from service.settings import add_flag, add_settings, config_from, setting, settings
 from service.tls import TlsSettings, parse_checked
 from spoke.workers.cpus import AFFINITIES
 
 POLICIES = ("arc", "lru", "s3fifo", "wtinylfu")
 # ``--workers auto``: two processes per core, not one. SO_REUSEPORT spreads a loader's
-# connections over the processes by hash, unevenly (64 connections over two split as
-# 24/40 in two of three runs), and a process that got more waits on its own core
-# while the other idles. With more processes than cores the scheduler evens out the
-# load. Measured on 2 cores (warm 64 KiB hits, 64 connections, side by side): 2
-# processes 22.5k req/s, 3 23.2k, 4 25.5k, 6 23.6k, 8 22.6k; nginx there is best
-# with its one per core (4 workers: 0.95x).
+# connections over the processes by hash, unevenly, and a process that got more waits
+# on its own core while the other idles. With more processes than cores the scheduler
+# evens out the load; two per core measured best (docs/architecture.md).
 WORKERS_PER_CORE = 2
 
 
@@ -140,7 +137,7 @@ class _Cache:
     pin_fraction: float = setting("--pin-fraction", default=0.5, parse=_fraction,
                                   help="most of the capacity pinned prefixes may hold")
     verify_on_start: bool = setting(
-        "--verify-on-start", default=False, parse=switch, switch=True,
+        "--verify-on-start", default=False, switch=True,
         help="check every cached chunk's digest at start-up and drop bad ones")
     # The background scrub's pace. At 4 MiB chunks, one chunk every 250 ms: a niced
     # thread's read and hash of it are a fraction of a percent of one core, the disk reads

@@ -16,7 +16,7 @@ import pytest
 from hub.config import HubConfig
 from hub.config import build_parser as hub_parser
 from hub.config import parse_config as hub_config
-from service.settings import REQUIRED, Setting, declared
+from service.settings import METADATA_KEY, REQUIRED, Setting, declared
 from spoke.config import SpokeConfig, config_from_args, parse_args
 from spoke.config import build_parser as spoke_parser
 from tests.support.servers import start_process
@@ -52,7 +52,7 @@ def test_every_setting_has_a_flag_a_variable_a_help_line_and_its_default(
     config = config_from_args(parse_args(given, {})) if cls is SpokeConfig \
         else hub_config(given, {})[1]
     for f in dataclasses.fields(cls):
-        spec = f.metadata["hubspoke.setting"]
+        spec = f.metadata[METADATA_KEY]
         assert isinstance(spec, Setting) and spec.flag.startswith("--")
         if spec.internal:
             assert spec.env is None and spec.flag not in text
