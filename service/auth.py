@@ -267,5 +267,5 @@ class AuthSettings:
     auth_previous_secret_file: str | None = setting(
         "--auth-previous-secret-file", default=None,
         help="the secret being rotated out: its tokens stay valid until they expire")
-    metrics_auth: str = setting("--metrics-auth", default="off", choices=["on", "off"],
+    metrics_auth: str = setting("--metrics-auth", default="off", choices=("on", "off"),
                                 help="require a token for /metrics too")

@@ -46,10 +46,10 @@ class LoggingSettings:
     """How a server logs (both servers take these)."""
 
     log_level: str = setting("--log-level", default="info",
-                             choices=["debug", "info", "warning", "error"], help="log verbosity")
-    log_format: str = setting("--log-format", default="text", choices=["text", "json"],
+                             choices=("debug", "info", "warning", "error"), help="log verbosity")
+    log_format: str = setting("--log-format", default="text", choices=("text", "json"),
                               help="log lines as text or as JSON objects")
-    access_log: str = setting("--access-log", default="on", choices=["on", "off"],
+    access_log: str = setting("--access-log", default="on", choices=("on", "off"),
                               help="one log line per request (with its X-Request-Id)")
 
 
