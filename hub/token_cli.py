@@ -19,7 +19,7 @@ from protocol.auth import BadTtl, parse_ttl
 from protocol.auth import issue as issue_token
 from protocol.errors import ProtocolError
 from service.auth import load_secret
-from service.cli import add_flag
+from service.settings import add_flag
 
 DEFAULT_TTL = "1h"
 

@@ -13,7 +13,6 @@ method, path and status only, and :mod:`protocol.auth` errors never quote it.
 
 from __future__ import annotations
 
-import argparse
 import enum
 import json
 import logging
@@ -41,9 +40,9 @@ from protocol.auth import (
 )
 from protocol.errors import ProtocolError
 from protocol.paths import validate_path, validate_prefix
-from service.cli import add_flag
 from service.metrics import Series
 from service.problem import Handler, problem_response
+from service.settings import setting, settings
 
 logger = logging.getLogger(__name__)
 
@@ -257,12 +256,16 @@ def metrics_access(metrics_auth: str) -> Access:
     return Access.TOKEN if metrics_auth == "on" else Access.OPEN
 
 
-def add_auth_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    """``--auth-secret-file``, ``--auth-previous-secret-file`` and ``--metrics-auth``."""
-    add_flag(parser, "--auth-secret-file", env=env,
-             help="file holding the HMAC secret; when set, every data and admin endpoint "
-                  "requires Authorization: Bearer <token>")
-    add_flag(parser, "--auth-previous-secret-file", env=env,
-             help="the secret being rotated out: its tokens stay valid until they expire")
-    add_flag(parser, "--metrics-auth", env=env, default="off", choices=["on", "off"],
-             help="require a token for /metrics too")
+@settings
+class AuthSettings:
+    """Bearer tokens (both servers take these)."""
+
+    auth_secret_file: str | None = setting(
+        "--auth-secret-file", default=None,
+        help="file holding the HMAC secret; when set, every data and admin endpoint "
+             "requires Authorization: Bearer <token>")
+    auth_previous_secret_file: str | None = setting(
+        "--auth-previous-secret-file", default=None,
+        help="the secret being rotated out: its tokens stay valid until they expire")
+    metrics_auth: str = setting("--metrics-auth", default="off", choices=("on", "off"),
+                                help="require a token for /metrics too")

@@ -1,7 +1,8 @@
 """Command-line plumbing shared by ``python -m hub`` and ``python -m spoke``.
 
 Every flag also reads ``HUBSPOKE_<FLAG>`` from the environment; the flag wins,
-because argparse only falls back to a default when the flag is absent.
+because argparse only falls back to a default when the flag is absent
+(:mod:`service.settings`).
 """
 
 from __future__ import annotations
@@ -10,35 +11,14 @@ import argparse
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TypeVar
 
 from protocol.errors import BadSize
 from protocol.sizes import parse_size
 from service.logs import access_logger, setup_logging
+from service.settings import setting, settings
 
-
-def env_name(flag: str) -> str:
-    """``--cache-dir`` → ``HUBSPOKE_CACHE_DIR``."""
-    return "HUBSPOKE_" + flag.lstrip("-").replace("-", "_").upper()
-
-
-def add_flag(
-    parser: argparse.ArgumentParser,
-    flag: str,
-    *,
-    env: Mapping[str, str],
-    default: Any = None,
-    required: bool = False,
-    help: str,
-    **kwargs: Any,
-) -> None:
-    """Add ``flag`` whose default comes from its environment variable when set."""
-    name = env_name(flag)
-    from_env = env.get(name)
-    value = from_env if from_env is not None else default
-    needed = required and value is None
-    suffix = f" [env {name}]" + (f" (default: {default})" if default is not None else "")
-    parser.add_argument(flag, default=value, required=needed, help=help + suffix, **kwargs)
+N = TypeVar("N", bound=float)
 
 
 def size_arg(text: str) -> int:
@@ -49,10 +29,10 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def positive(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+def positive(convert: Callable[[str], N]) -> Callable[[str], N]:
     """Wrap an argparse ``type=`` so zero and negative values are refused."""
 
-    def checked(text: str) -> Any:
+    def checked(text: str) -> N:
         value = convert(text)
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, not {text}")
@@ -61,13 +41,16 @@ def positive(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return checked
 
 
-def add_logging_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    add_flag(parser, "--log-level", env=env, default="info",
-             choices=["debug", "info", "warning", "error"], help="log verbosity")
-    add_flag(parser, "--log-format", env=env, default="text", choices=["text", "json"],
-             help="log lines as text or as JSON objects")
-    add_flag(parser, "--access-log", env=env, default="on", choices=["on", "off"],
-             help="one log line per request (with its X-Request-Id)")
+@settings
+class LoggingSettings:
+    """How a server logs (both servers take these)."""
+
+    log_level: str = setting("--log-level", default="info",
+                             choices=("debug", "info", "warning", "error"), help="log verbosity")
+    log_format: str = setting("--log-format", default="text", choices=("text", "json"),
+                              help="log lines as text or as JSON objects")
+    access_log: str = setting("--access-log", default="on", choices=("on", "off"),
+                              help="one log line per request (with its X-Request-Id)")
 
 
 def apply_logging_flags(level: str, fmt: str, access_log: str) -> None:

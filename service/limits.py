@@ -26,11 +26,9 @@ as ``X-Forwarded-For`` are the client's own words and are not trusted.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +39,12 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from service import logs
-from service.cli import add_flag, positive
+from service.cli import positive
 from service.fast import FAST, FastHandler, FastServer, Tracked, has_unread_bytes
 from service.front import FRONT, FrontRequestHandler, FrontStats, answering_in_http11
 from service.metrics import Series
 from service.problem import Handler, problem_response
+from service.settings import setting, settings
 
 # Far above what a healthy client needs (a spoke keeps 2 x --fetch-concurrency
 # connections to its hub; a host of 64 loader workers a few requests each), low
@@ -449,18 +448,22 @@ def app_series(app: web.Application, prefix: str) -> list[Series]:
             *(connections.series(prefix) if connections is not None else [])]
 
 
-def add_limit_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    add_flag(parser, "--max-inflight-per-client", env=env, type=int,
-             default=DEFAULT_MAX_INFLIGHT_PER_CLIENT,
-             help="requests in flight from one client address before 429 (0: no cap)")
-    add_flag(parser, "--max-connections-per-client", env=env, type=int,
-             default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-             help="open connections from one client address; a new one over the cap closes "
-                  "that client's idlest connection, or is closed at accept when none is idle "
-                  "(0: no cap)")
-    add_flag(parser, "--header-timeout", env=env, type=float, default=DEFAULT_HEADER_TIMEOUT_S,
-             help="seconds a connection has to send a request's complete headers, against "
-                  "slowloris (0: no timeout)")
-    add_flag(parser, "--keepalive-timeout", env=env, type=positive(float),
-             default=DEFAULT_KEEPALIVE_TIMEOUT_S,
-             help="seconds a connection may stay idle between requests before it is closed")
+@settings
+class LimitSettings:
+    """Per-client limits (both servers take these)."""
+
+    max_inflight_per_client: int = setting(
+        "--max-inflight-per-client", default=DEFAULT_MAX_INFLIGHT_PER_CLIENT, parse=int,
+        help="requests in flight from one client address before 429 (0: no cap)")
+    max_connections_per_client: int = setting(
+        "--max-connections-per-client", default=DEFAULT_MAX_CONNECTIONS_PER_CLIENT, parse=int,
+        help="open connections from one client address; a new one over the cap closes "
+             "that client's idlest connection, or is closed at accept when none is idle "
+             "(0: no cap)")
+    header_timeout_s: float = setting(
+        "--header-timeout", default=DEFAULT_HEADER_TIMEOUT_S, parse=float,
+        help="seconds a connection has to send a request's complete headers, against "
+             "slowloris (0: no timeout)")
+    keepalive_timeout_s: float = setting(
+        "--keepalive-timeout", default=DEFAULT_KEEPALIVE_TIMEOUT_S, parse=positive(float),
+        help="seconds a connection may stay idle between requests before it is closed")

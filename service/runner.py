@@ -22,6 +22,7 @@ from aiohttp import web
 
 from protocol.ranges import MAX_RANGE_HEADER_BYTES
 from service import limits
+from service.settings import setting, settings
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +114,10 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         asyncio.run(main())
         return
     uvloop.run(main())
+
+
+@settings
+class ListenSettings:
+    """The address a server binds (both servers take it; each has its own default port)."""
+
+    host: str = setting("--host", default="127.0.0.1", help="address to bind")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from service.cli import add_flag
+from service.settings import setting, settings
 
 # TLS 1.0 and 1.1 are deprecated by RFC 8996.
 MIN_VERSION = ssl.TLSVersion.TLSv1_2
@@ -56,8 +56,11 @@ def check_pair(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--tls-cert and --tls-key go together")
 
 
-def add_tls_flags(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    """``--tls-cert`` and ``--tls-key``: serve HTTPS instead of HTTP."""
-    add_flag(parser, "--tls-cert", env=env,
-             help="PEM certificate (chain) to serve HTTPS with; needs --tls-key")
-    add_flag(parser, "--tls-key", env=env, help="PEM private key of --tls-cert")
+@settings
+class TlsSettings:
+    """Serving HTTPS instead of HTTP (both servers take these)."""
+
+    tls_cert: str | None = setting(
+        "--tls-cert", default=None,
+        help="PEM certificate (chain) to serve HTTPS with; needs --tls-key")
+    tls_key: str | None = setting("--tls-key", default=None, help="PEM private key of --tls-cert")
