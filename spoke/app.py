@@ -15,6 +15,7 @@ from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
 from service.tls import client_context
+from spoke.cache.clock import SYSTEM_CLOCK
 from spoke.cache.counters import SpokeStats, read_latency_histograms, stats_series
 from spoke.cache.engine import ChunkCache
 from spoke.cache.scrub import BackgroundScrub, open_index, scrub
@@ -165,6 +166,7 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
             owner=plans.owner,
         ),
         hub=hub,
+        clock=SYSTEM_CLOCK,
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,
         fetch_concurrency=config.fetch_concurrency,

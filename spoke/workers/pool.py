@@ -240,7 +240,7 @@ class ReaderPool:
             if counts:
                 self.latency["hit"].merge(counts, total)
             for path in paths:
-                self.cache.refresh_ahead(path)  # the reader's copy must not expire
+                self.cache.revalidate(path)  # the reader's copy must not expire
         elif kind == "hangups":  # clients gone mid-answer on a reader, for /metrics here
             self.front.hangups += message[1]
         elif kind == "verified":  # chunk files the reader hashed before serving them
@@ -255,7 +255,7 @@ class ReaderPool:
                 waiter.set_result(None)
         elif kind == "want":
             # With where the read starts: its first chunk goes with the manifest.
-            self.cache.fetch_ahead(message[1], message[2])
+            self.cache.fetch_early(message[1], message[2])
             self._spawn_task(self._tell_manifest(reader, message[1]))
         elif kind == "ready":
             reader.listening = True
