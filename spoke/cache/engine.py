@@ -21,24 +21,21 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol.chunks import chunk_bounds
 from protocol.manifest import Manifest
 from service.background import ErrorCounts, run_every
 from spoke.cache.clock import Clock
 from spoke.cache.counters import SpokeStats
-from spoke.cache.early import EarlyFetch
 from spoke.cache.fills import Fills
 from spoke.cache.index import ChunkIndex
 from spoke.cache.index_thread import IndexThread
 from spoke.cache.keys import ChunkKey
 from spoke.cache.local import CacheWatcher, Chunk, ChunkGone, LocalChunks
 from spoke.cache.manifests import Manifests
-from spoke.cache.resident import Resident
 from spoke.cache.space import Space
 from spoke.cache.store import ChunkStore
 from spoke.policy.base import EvictionPolicy
 from spoke.upstream.base import Upstream
-from spoke.upstream.resilience import CLOSED, CircuitBreaker, ResilientCalls, RetryPolicy
+from spoke.upstream.resilience import CircuitBreaker, ResilientCalls, RetryPolicy
 
 __all__ = ["CacheWatcher", "Chunk", "ChunkCache", "ChunkGone"]
 
@@ -94,7 +91,7 @@ class ChunkCache:
         self.fills = fills = Fills(hub, calls, local, manifests, self.stats, clock,
                                    fetch_concurrency)
         self.early = fills.early
-        self.checker, self.fetch_latency = local.checker, fills.fetch_latency
+        self.fetch_latency = fills.fetch_latency
         self._housekeeping: list[asyncio.Task[None]] = []
         self._sizing: asyncio.Task[None] | None = None
         # The units' own methods, bound once (see the module's docstring).
@@ -110,7 +107,8 @@ class ChunkCache:
         self.expected, self.expectations = local.expected, local.expectations
         self.drop_bad, self.recheck = local.drop_bad, local.recheck
         self._held, self._count_local_read = fills.held, local.count_local_read
-        self.drop_early = fills.early.drop
+        self.fetch_early, self.drop_early = fills.fetch_early, fills.early.drop
+        self.prefetch, self.worth_prefetching = fills.prefetch, fills.worth_prefetching
 
     # -- life cycle ---------------------------------------------------------
 
@@ -118,18 +116,7 @@ class ChunkCache:
         """Load the persisted index and reconcile it with the files; returns seconds taken
         (not counting the wait for the hub's chunk size, at most :data:`_SIZING_WAIT_S`)."""
         started = time.perf_counter()
-        rows, (on_disk, stray), temps = await self.db.scan()
-        stale = [r.name for r in rows if r.name not in on_disk]
-        present = [r for r in rows if r.name in on_disk]
-        known = {r.name for r in rows}
-        orphans = [name for name in on_disk if name not in known]
-        keep, over = self.space.keep_within(present)
-        stale += [r.name for r in over]  # the capacity was lowered since the last run
-        for row in keep:  # least recently used first, so the policy order survives
-            self.space.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at,
-                                              row.digest_alg, row.digest))
-        await self.db.drop_files(stale + orphans, stale)
-        await self.db.drop_strays(stray)
+        dropped, orphans, temps = await self.db.reconcile(self.space)
         self._housekeeping = [asyncio.create_task(run_every(
             "access-times", _ACCESS_FLUSH_INTERVAL_S, self.local.flush_accesses,
             self.background_errors,
@@ -142,7 +129,7 @@ class ChunkCache:
         took = time.perf_counter() - started
         logger.info(
             "cache opened: %d chunks, %d bytes, %d dropped, %d orphans, %d temp files, %.3f s",
-            len(self._resident), self._resident.used_bytes, len(stale), len(orphans), temps, took,
+            len(self._resident), self._resident.used_bytes, dropped, orphans, temps, took,
         )
         await asyncio.wait([self._sizing], timeout=_SIZING_WAIT_S)
         return took
@@ -288,57 +275,6 @@ class ChunkCache:
             # Counted on joining, so waiters of a flight that then fails count too.
             self.stats.singleflight_joins += 1
         return Chunk(key, None, False, fill)
-
-    def fetch_early(self, path: str, offset: int | None) -> EarlyFetch | None:
-        """Ask the hub for the chunk at ``offset`` of ``path`` now, while its manifest is
-        being asked for (:mod:`spoke.cache.early`); the flight of that chunk takes it on.
-
-        Only for an object the spoke holds nothing of (no manifest, no chunk: what it
-        holds may make the fetch needless) once the hub's chunk size is known, while the
-        hub answers (the circuit breaker is closed), and at most as many at once as
-        there are fetch slots. The caller drops it (:meth:`drop_early`) when its read
-        is over. One nobody drops is dropped :data:`spoke.cache.early.KEPT_S` after it ended.
-        """
-        chunk_size = self.manifests.chunk_size
-        if offset is None or chunk_size is None or path in self.early or \
-                path in self.manifests or self._resident.holds_any_of(path) or \
-                len(self.early) >= self.fills.slots.capacity or \
-                self.breaker.state != CLOSED:  # the hub is failing: no fetch on a guess
-            return None
-        return self.early.start(path, offset, chunk_size)
-
-    def worth_prefetching(self, manifest: Manifest, index: int) -> bool:
-        """Whether a prefetched chunk would be kept: room is free, or the policy would
-        evict something for it (a plan-aware policy refuses chunks needed later than
-        everything cached, and fetching those would only waste the link)."""
-        if self.space.fits(chunk_bounds(index, manifest.size, manifest.chunk_size).length):
-            return True
-        would_keep = getattr(self.policy, "would_keep", None)
-        return True if would_keep is None else bool(would_keep(ChunkKey.of(manifest, index).name))
-
-    async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
-        """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
-
-        Not a loader lookup: hits and misses are not counted, and the hub fetch
-        yields to demand fetches. ``tenant`` is whose job this is, as in :meth:`get`.
-        """
-        key = ChunkKey.of(manifest, index)
-        if key.name in self._resident:
-            return False
-        prefetched = self.local.prefetched
-        _, task, joined = self.fills.flight(key, manifest, tenant, background=True)
-        if not joined:
-            # Marked now: a loader may read it from memory while it is being stored.
-            prefetched[key.name] = None
-        try:
-            await asyncio.shield(task)
-        except BaseException:
-            if not joined:
-                prefetched.pop(key.name, None)
-            raise
-        if not joined:
-            self.stats.prefetched_chunks += 1
-        return not joined
 
     # -- purge --------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from spoke.cache.resident import Resident, covers
 from spoke.cache.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.upstream.base import HeadCheck, Upstream
 from spoke.upstream.errors import ChunkCorrupt, HubError, HubUnavailable, VersionChanged
-from spoke.upstream.resilience import ResilientCalls
+from spoke.upstream.resilience import CLOSED, ResilientCalls
 
 # Hashing a chunk this large on the event loop would stall other requests; xxh3 hashes
 # even large chunks faster than the thread hop would take, so it stays inline.
@@ -151,6 +151,60 @@ class Fills:
     async def close(self) -> None:
         # Writes still running finish before their temp files are swept.
         await asyncio.get_running_loop().run_in_executor(None, self._writers.shutdown, True)
+
+    def fetch_early(self, path: str, offset: int | None) -> EarlyFetch | None:
+        """Ask the upstream for the chunk at ``offset`` of ``path`` now, while its
+        manifest is being asked for (:mod:`spoke.cache.early`); the flight of that chunk
+        takes it on.
+
+        Only for an object the spoke holds nothing of (no manifest, no chunk: what it
+        holds may make the fetch needless) once the chunk size is known, while the
+        upstream answers (the circuit breaker is closed), and at most as many at once as
+        there are fetch slots. The caller drops it (:meth:`EarlyFetches.drop`) when its
+        read is over. One nobody drops is dropped :data:`spoke.cache.early.KEPT_S` after
+        it ended.
+        """
+        chunk_size = self.manifests.chunk_size
+        if offset is None or chunk_size is None or path in self.early or \
+                path in self.manifests or self.space.resident.holds_any_of(path) or \
+                len(self.early) >= self.slots.capacity or \
+                self.calls.breaker.state != CLOSED:  # the hub is failing: no fetch on a guess
+            return None
+        return self.early.start(path, offset, chunk_size)
+
+    def worth_prefetching(self, manifest: Manifest, index: int) -> bool:
+        """Whether a prefetched chunk would be kept: room is free, or the policy would
+        evict something for it (a plan-aware policy refuses chunks needed later than
+        everything cached, and fetching those would only waste the link)."""
+        if self.space.fits(chunk_bounds(index, manifest.size, manifest.chunk_size).length):
+            return True
+        would_keep = getattr(self.space.policy, "would_keep", None)
+        return True if would_keep is None else bool(would_keep(ChunkKey.of(manifest, index).name))
+
+    async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
+        """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
+
+        Not a loader lookup: hits and misses are not counted, and the upstream fetch
+        yields to demand fetches. ``tenant`` is whose job this is, as in
+        :meth:`ChunkCache.get`.
+        """
+        key = ChunkKey.of(manifest, index)
+        if key.name in self.space.resident:
+            return False
+        _, task, joined = self.flight(key, manifest, tenant, background=True)
+        prefetched = self.local.prefetched
+        if not joined:
+            # Marked now: a loader may read it from memory while it is being stored.
+            prefetched[key.name] = None
+        try:
+            await asyncio.shield(task)
+        except BaseException:
+            if not joined:
+                prefetched.pop(key.name, None)
+            raise
+        if not joined:
+            self.stats.prefetched_chunks += 1
+        return not joined
 
     async def _fill(
         self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling, claim: SlotClaim,

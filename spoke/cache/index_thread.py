@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 from service.background import ErrorCounts
 from spoke.cache.index import ChunkIndex, ChunkRow
+from spoke.cache.resident import Resident
+from spoke.cache.space import Space
 from spoke.cache.store import ChunkStore
 
 T = TypeVar("T")
@@ -61,16 +63,28 @@ class IndexThread:
             self.store.delete(name)
         self.index.remove(rows)
 
-    async def scan(self) -> tuple[list[ChunkRow], tuple[set[str], list[str]], int]:
-        """The index's rows, the store's files (chunks, strays) and the temp files removed."""
-        return await self.run(self._scan)
+    async def reconcile(self, space: Space) -> tuple[int, int, int]:
+        """At start-up, make the index, the files and ``space`` agree: rows whose file is
+        gone and rows past the capacity (lowered since the last run) are dropped, files
+        without a row deleted, the rest made resident. Returns the counts of rows
+        dropped, of files without a row and of temp files swept."""
+        rows, (on_disk, stray), temps = await self.run(self._scan)
+        stale = [r.name for r in rows if r.name not in on_disk]
+        present = [r for r in rows if r.name in on_disk]
+        known = {r.name for r in rows}
+        orphans = [name for name in on_disk if name not in known]
+        keep, over = space.keep_within(present)
+        stale += [r.name for r in over]
+        for row in keep:  # least recently used first, so the policy order survives
+            space.add(row.name, Resident(row.size, row.path, row.tenant, row.stored_at,
+                                         row.digest_alg, row.digest))
+        await self.drop_files(stale + orphans, stale)
+        await self.run(self._drop_strays, stray)
+        return len(stale), len(orphans), temps
 
     def _scan(self) -> tuple[list[ChunkRow], tuple[set[str], list[str]], int]:
         temps = self.store.remove_temp_files()
         return self.index.rows(), self.store.scan(), temps
-
-    async def drop_strays(self, paths: list[str]) -> None:
-        await self.run(self._drop_strays, paths)
 
     def _drop_strays(self, paths: list[str]) -> None:
         for path in paths:
