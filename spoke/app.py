@@ -1,4 +1,4 @@
-"""make_app(config): the spoke's routes and the objects they share."""
+"""make_app(config, clock): the spoke's routes and the objects they share."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
 from service.tls import client_context
-from spoke.cache.clock import SYSTEM_CLOCK
+from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.cache.counters import SpokeStats, read_latency_histograms, stats_series
 from spoke.cache.engine import ChunkCache
 from spoke.cache.scrub import BackgroundScrub, open_index, scrub
@@ -38,7 +38,11 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 192 << 20
 
 
-def make_app(config: SpokeConfig) -> web.Application:
+# The clock the cache reads (tests pass a fake one to step past TTLs).
+CLOCK = web.AppKey("clock", Clock)
+
+
+def make_app(config: SpokeConfig, clock: Clock = SYSTEM_CLOCK) -> web.Application:
     # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
     app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
@@ -53,6 +57,7 @@ def make_app(config: SpokeConfig) -> web.Application:
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))
     app[handlers.CONFIG] = config
+    app[CLOCK] = clock
     fast: FastHandler = FastObjectReads(app, handlers.READS)
     app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
@@ -106,7 +111,7 @@ def routes(config: SpokeConfig) -> RouteTable:
 
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
-    cache, plans = await open_cache(config)
+    cache, plans = await open_cache(config, app[CLOCK])
     app[handlers.CACHE] = cache
     app[handlers.PLANS] = plans
     readahead = SequentialReadahead(cache, config.sequential_readahead_chunks)
@@ -137,7 +142,9 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
         await cache.hub.close()
 
 
-async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
+async def open_cache(
+    config: SpokeConfig, clock: Clock = SYSTEM_CLOCK
+) -> tuple[ChunkCache, PlanRegistry]:
     store = ChunkStore(config.cache_dir)
     loop = asyncio.get_running_loop()
     # Re-hashes chunk files when the index turns out damaged: off the event loop.
@@ -166,7 +173,7 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
             owner=plans.owner,
         ),
         hub=hub,
-        clock=SYSTEM_CLOCK,
+        clock=clock,
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,
         fetch_concurrency=config.fetch_concurrency,
@@ -177,7 +184,8 @@ async def open_cache(config: SpokeConfig) -> tuple[ChunkCache, PlanRegistry]:
         pin_fraction=config.pin_fraction,
         retry=RetryPolicy(attempts=config.fetch_attempts, deadline_s=config.fetch_deadline_s),
         breaker=CircuitBreaker(
-            failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s
+            failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s,
+            clock=clock.monotonic,
         ),
     )
     plans.bind(cache)

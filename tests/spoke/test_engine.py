@@ -17,7 +17,6 @@ import pytest
 from protocol.digests import digest
 from protocol.manifest import Manifest, encode_manifest
 from protocol.ranges import ByteRange
-from spoke.cache.clock import Clock
 from spoke.cache.engine import ChunkCache
 from spoke.cache.index import ChunkIndex
 from spoke.cache.store import ChunkStore
@@ -25,23 +24,11 @@ from spoke.policy.base import make_policy
 from spoke.upstream.base import BodyTarget, HeadCheck
 from spoke.upstream.errors import ChunkCorrupt, HubUnavailable, ObjectNotFound
 from spoke.upstream.resilience import RetryPolicy
+from tests.support.clock import FakeClock
 
 CHUNK = 4096
 TTL_S = 30.0
 WAIT_S = 10.0
-
-
-class FakeClock:
-    """Time that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    def clock(self) -> Clock:
-        return Clock(monotonic=lambda: self.now, wall=lambda: 1.7e9 + self.now)
 
 
 class FakeUpstream:
