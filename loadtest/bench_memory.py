@@ -131,6 +131,7 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
     The cache is built like :func:`loadtest.bench_restart.reopen` builds it, but kept
     open while it is measured.
     """
+    from spoke.cache.clock import SYSTEM_CLOCK
     from spoke.cache.engine import ChunkCache
     from spoke.cache.index import ChunkIndex
     from spoke.cache.store import ChunkStore
@@ -140,10 +141,10 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
     hub = HubClient("http://127.0.0.1:9", connect_timeout_s=1, read_timeout_s=1,
                     max_connections=1)
     cache = ChunkCache(store=ChunkStore(cache_dir), index=ChunkIndex(cache_dir),
-                       policy=make_policy(policy, 1 << 40), hub=hub, capacity_bytes=1 << 40,
-                       meta_ttl_s=5, fetch_concurrency=1)
+                       policy=make_policy(policy, 1 << 40), hub=hub, clock=SYSTEM_CLOCK,
+                       capacity_bytes=1 << 40, meta_ttl_s=5, fetch_concurrency=1)
     # Warm the thread the index lives on, so its stack is not counted as the index's.
-    await asyncio.get_running_loop().run_in_executor(cache._db, lambda: None)
+    await asyncio.get_running_loop().run_in_executor(cache.db.executor, lambda: None)
     if heap:
         tracemalloc.start()
     gc.collect()

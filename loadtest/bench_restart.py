@@ -16,6 +16,7 @@ import tempfile
 import time
 
 from protocol.digests import digest
+from spoke.cache.clock import SYSTEM_CLOCK
 from spoke.cache.engine import ChunkCache
 from spoke.cache.index import ChunkIndex, ChunkRow
 from spoke.cache.keys import ChunkKey
@@ -46,8 +47,8 @@ async def reopen(cache_dir: str, policy: str) -> tuple[float, int]:
     hub = HubClient("http://127.0.0.1:9", connect_timeout_s=1, read_timeout_s=1,
                     max_connections=1)
     cache = ChunkCache(store=ChunkStore(cache_dir), index=ChunkIndex(cache_dir),
-                       policy=make_policy(policy, 1 << 40), hub=hub, capacity_bytes=1 << 40,
-                       meta_ttl_s=5, fetch_concurrency=1)
+                       policy=make_policy(policy, 1 << 40), hub=hub, clock=SYSTEM_CLOCK,
+                       capacity_bytes=1 << 40, meta_ttl_s=5, fetch_concurrency=1)
     started = time.perf_counter()
     await cache.open()
     took = time.perf_counter() - started

@@ -1,4 +1,4 @@
-"""make_app(config): the spoke's routes and the objects they share."""
+"""make_app(config, clock): the spoke's routes and the objects they share."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from service.metrics import make_registry
 from service.problem import problem_middleware
 from service.routes import add_routes
 from service.tls import client_context
+from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
 from spoke.cache.scrub import BackgroundScrub, open_index, scrub
@@ -39,7 +40,11 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 192 << 20
 
 
-def make_app(config: SpokeConfig) -> web.Application:
+# The clock the cache reads (tests pass a fake one to step past TTLs).
+CLOCK = web.AppKey("clock", Clock)
+
+
+def make_app(config: SpokeConfig, clock: Clock = SYSTEM_CLOCK) -> web.Application:
     # Read plans of a whole epoch run to tens of MB (msgpack: ~40 bytes a read).
     app = web.Application(middlewares=[problem_middleware], client_max_size=MAX_BODY_BYTES)
     logs.install(app)
@@ -54,6 +59,7 @@ def make_app(config: SpokeConfig) -> web.Application:
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))
     app[handlers.CONFIG] = config
+    app[CLOCK] = clock
     fast: FastHandler = FastObjectReads(app, handlers.READS)
     app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
@@ -109,7 +115,7 @@ def routes(config: SpokeConfig) -> RouteTable:
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
     book = PlanBook()
-    cache = await open_cache(config, book)
+    cache = await open_cache(config, book, app[CLOCK])
     plans = PlanPrefetcher(
         book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
     )
@@ -144,7 +150,9 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
         await cache.hub.close()
 
 
-async def open_cache(config: SpokeConfig, plans: PlanBook) -> ChunkCache:
+async def open_cache(
+    config: SpokeConfig, plans: PlanBook, clock: Clock = SYSTEM_CLOCK
+) -> ChunkCache:
     """The spoke's cache, opened, with an eviction policy that consults ``plans``."""
     store = ChunkStore(config.cache_dir)
     loop = asyncio.get_running_loop()
@@ -171,6 +179,7 @@ async def open_cache(config: SpokeConfig, plans: PlanBook) -> ChunkCache:
             owner=plans.owner,
         ),
         hub=hub,
+        clock=clock,
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,
         fetch_concurrency=config.fetch_concurrency,
@@ -181,7 +190,8 @@ async def open_cache(config: SpokeConfig, plans: PlanBook) -> ChunkCache:
         pin_fraction=config.pin_fraction,
         retry=RetryPolicy(attempts=config.fetch_attempts, deadline_s=config.fetch_deadline_s),
         breaker=CircuitBreaker(
-            failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s
+            failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s,
+            clock=clock.monotonic,
         ),
     )
     await cache.open()

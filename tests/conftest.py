@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from hub.config import HubConfig
+from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.config import SpokeConfig
 from tests.support.servers import GatedBackend, RunningServer, start_hub, start_spoke, write_dataset
 
@@ -64,12 +65,12 @@ SpokeFactory = Callable[..., Awaitable[RunningServer]]
 async def make_spoke(hub: RunningServer, tmp_path: Path) -> AsyncIterator[SpokeFactory]:
     started: list[RunningServer] = []
 
-    async def make(**overrides: object) -> RunningServer:
+    async def make(clock: Clock = SYSTEM_CLOCK, **overrides: object) -> RunningServer:
         config = SpokeConfig(
             hub_url=hub.url, cache_dir=str(tmp_path / "cache"), capacity_bytes=64 << 20,
             meta_ttl_s=5.0,
         )
-        server = await start_spoke(replace(config, **overrides))  # type: ignore[arg-type]
+        server = await start_spoke(replace(config, **overrides), clock)  # type: ignore[arg-type]
         started.append(server)
         return server
 

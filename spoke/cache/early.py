@@ -14,13 +14,16 @@ byte.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from protocol.chunks import chunk_bounds
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange, first_byte_wanted
-from spoke.cache.flight import Filling
+from spoke.cache.counters import SpokeStats
+from spoke.cache.flight import BufferPool, Filling
 from spoke.upstream.errors import VersionChanged
 
 # An early fetch no read took on (the read was a hit after all, or went away) is
@@ -38,7 +41,7 @@ def early_offset(method: str, headers: Mapping[str, str]) -> int | None:
 
 
 @dataclass(eq=False)
-class Ahead:
+class EarlyFetch:
     """One chunk fetch made before its object's manifest was known."""
 
     path: str
@@ -77,3 +80,77 @@ class Ahead:
         self.wanted = (manifest.etag, bounds.length)
         if self.etag is None and bounds.length != self.fill.length:
             self.fill.shorten(bounds.length)  # before any byte came (the head has not)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()  # a guess that failed: the flight that needed it fetches anew
+
+
+class EarlyFetches:
+    """The early fetches running or kept, at most one per object path.
+
+    ``run`` brings an early fetch's bytes (a fetch slot, the upstream). A flight takes
+    one on (:meth:`take`); the caller drops the others (:meth:`drop`) when its read
+    is over, and one nobody drops is dropped :data:`KEPT_S` after it ended.
+    """
+
+    def __init__(
+        self, run: Callable[[EarlyFetch], Coroutine[Any, Any, None]], buffers: BufferPool,
+        stats: SpokeStats,
+    ) -> None:
+        self._run = run
+        self._buffers = buffers
+        self.stats = stats
+        self._by_path: dict[str, EarlyFetch] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_path)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._by_path
+
+    def start(self, path: str, offset: int, chunk_size: int) -> EarlyFetch:
+        """Fetch the chunk at ``offset`` of ``path``, guessing the chunk size."""
+        start = offset - offset % chunk_size
+        early = EarlyFetch(path, ByteRange(start, start + chunk_size),
+                           Filling(chunk_size, self._buffers))
+        early.task = asyncio.create_task(self._run(early))
+        early.task.add_done_callback(_retrieve)
+        # The timer holds it weakly: one a flight took on is the flight's to keep, and
+        # its chunk buffer must not outlive the flight by KEPT_S.
+        kept = weakref.ref(early)
+        early.task.add_done_callback(lambda _: asyncio.get_running_loop().call_later(
+            KEPT_S, lambda: self.drop(kept())))
+        self._by_path[path] = early
+        self.stats.early_fetches += 1
+        return early
+
+    def drop(self, early: EarlyFetch | None) -> None:
+        """Let ``early`` go, cancelled if it runs; a no-op once a flight took it on."""
+        if early is not None and self._by_path.get(early.path) is early:
+            del self._by_path[early.path]
+            if early.task is not None:
+                early.task.cancel()
+
+    def drop_all(self) -> None:
+        for early in list(self._by_path.values()):
+            self.drop(early)
+
+    def drop_unusable(self, manifest: Manifest) -> None:
+        """Drop the early fetch of ``manifest``'s object if it is of no use to it
+        (another version or chunk size)."""
+        early = self._by_path.get(manifest.path)
+        if early is not None and early.bounds_in(manifest) is None:
+            self.drop(early)
+
+    def take(self, manifest: Manifest, bounds: ByteRange) -> EarlyFetch | None:
+        """The early fetch that is exactly the chunk of ``manifest`` at ``bounds``,
+        taken on by that chunk's flight."""
+        early = self._by_path.get(manifest.path)
+        if early is None or early.bounds_in(manifest) != bounds:
+            return None
+        del self._by_path[manifest.path]
+        early.take_on(manifest, bounds)
+        self.stats.early_fetches_used += 1
+        return early

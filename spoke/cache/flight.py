@@ -53,17 +53,6 @@ class SingleFlight(Generic[K, V]):
         task, joined = self.begin(key, call)
         return await asyncio.shield(task), joined
 
-    async def wait_idle(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for the calls in flight, then cancel what remains."""
-        tasks = list(self._flights.values())
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
-
     def _release(self, key: K, task: asyncio.Task[V]) -> None:
         if self._flights.get(key) is task:
             del self._flights[key]

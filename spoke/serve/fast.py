@@ -117,7 +117,7 @@ class FastObjectReads:
         except ProtocolError as exc:
             return _problem(conn, head, exc)
         finally:
-            reads.cache.drop_ahead(early)  # a no-op once a chunk flight took it on
+            reads.cache.drop_early(early)  # a no-op once a chunk flight took it on
             limit = self.app.get(LIMIT)
             if limit is not None:
                 limit.release(conn.client)

@@ -70,7 +70,7 @@ async def get_object(request: web.Request) -> web.StreamResponse:
         cache.invalidate(path)
         return await _serve(request, path, *await cache.manifest(path))
     finally:
-        cache.drop_ahead(early)  # a no-op once a chunk flight took it on
+        cache.drop_early(early)  # a no-op once a chunk flight took it on
 
 
 async def _serve(

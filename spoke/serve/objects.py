@@ -18,7 +18,7 @@ from protocol.multipart import BoundaryInData, BoundaryWatch, new_boundary
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.metrics import Histogram
-from spoke.cache.early import Ahead, early_offset
+from spoke.cache.early import EarlyFetch, early_offset
 from spoke.cache.engine import ChunkCache
 from spoke.cache.keys import chunk_name, manifest_version
 from spoke.prefetch.plans import PlanBook
@@ -107,14 +107,14 @@ class ObjectReads:
         self.readahead_chunks = readahead_chunks
         self.latency = latency
 
-    def fetch_early(self, method: str, headers: Mapping[str, str], path: str) -> Ahead | None:
+    def fetch_early(self, method: str, headers: Mapping[str, str], path: str) -> EarlyFetch | None:
         """For a read of an object not known yet, start the fetch of the chunk it starts
-        in alongside its manifest's (:meth:`ChunkCache.fetch_ahead`, for reads
+        in alongside its manifest's (:meth:`ChunkCache.fetch_early`, for reads
         :func:`spoke.cache.early.early_offset` allows); the caller drops it
-        (:meth:`ChunkCache.drop_ahead`) when the read is over."""
+        (:meth:`ChunkCache.drop_early`) when the read is over."""
         if self.cache.fresh_manifest(path) is not None:
             return None  # the usual case, settled by one lookup before any header is read
-        return self.cache.fetch_ahead(path, early_offset(method, headers))
+        return self.cache.fetch_early(path, early_offset(method, headers))
 
     def prepare(
         self, method: str, headers: Mapping[str, str], path: str, manifest: Manifest,

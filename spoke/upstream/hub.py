@@ -20,7 +20,6 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Protocol
 from urllib.parse import quote, urlsplit
 
 import aiohttp
@@ -29,6 +28,7 @@ from protocol.errors import BadPath, no_object
 from protocol.manifest import Manifest, decode_manifest
 from protocol.ranges import ByteRange, range_header
 from service.logs import REQUEST_ID_HEADER, request_id
+from spoke.upstream.base import BodyTarget, HeadCheck
 from spoke.upstream.errors import (
     BadGateway,
     HubRefused,
@@ -54,18 +54,6 @@ MAX_HEAD_BYTES = 64 << 10
 MAX_ERROR_BODY_BYTES = 64 << 10
 # Idle chunk connections are closed after this long (servers drop them after ~75 s).
 KEEPALIVE_S = 60.0
-
-
-class BodyTarget(Protocol):
-    """Where a chunk body goes: bytes are received into :meth:`space`, then counted."""
-
-    def space(self) -> memoryview: ...
-
-    def advance(self, nbytes: int) -> None: ...
-
-
-# Told an answer's ETag and range before its body (see HubClient.fetch_into).
-HeadCheck = Callable[[str, ByteRange], None]
 
 
 class _NotForUs(Exception):

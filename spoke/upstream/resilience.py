@@ -164,3 +164,28 @@ def _record(exc: HubError, breaker: CircuitBreaker, counters: RetryCounters) -> 
         breaker.on_failure()
     else:
         breaker.release_probe()  # the hub answered: the link itself works
+
+
+class ResilientCalls:
+    """Upstream calls run through one retry policy and one breaker, counted in one place."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        breaker: CircuitBreaker,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.policy = policy
+        self.breaker = breaker
+        self.counters = RetryCounters()
+        self.clock = clock
+        self.sleep = sleep  # the backoff between attempts (tests hold it)
+        self._rng = random.Random()  # one generator: a new one per call seeds from urandom
+
+    async def call(self, call: Callable[[], Awaitable[T]]) -> T:
+        return await call_with_retries(
+            call, policy=self.policy, breaker=self.breaker, counters=self.counters,
+            clock=self.clock, sleep=self.sleep, rng=self._rng,
+        )

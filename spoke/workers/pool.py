@@ -245,7 +245,7 @@ class ReaderPool:
                 if counts:
                     self.latency["hit"].merge(counts, total)
                 for path in paths:
-                    self.cache.refresh_ahead(path)  # the reader's copy must not expire
+                    self.cache.revalidate(path)  # the reader's copy must not expire
             case messages.HangUps(clients):  # for /metrics here
                 self.front.hangups += clients
             case messages.ChunksVerified(files, nbytes):
@@ -260,7 +260,7 @@ class ReaderPool:
                     waiter.set_result(None)
             case messages.ManifestWanted(path, offset):
                 # With where the read starts: its first chunk goes with the manifest.
-                self.cache.fetch_ahead(path, offset)
+                self.cache.fetch_early(path, offset)
                 self._spawn_task(self._tell_manifest(reader, path))
             case messages.Ready():
                 reader.listening = True

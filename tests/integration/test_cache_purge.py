@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from tests.conftest import FILES, SpokeFactory
+from tests.support.clock import FakeClock
 from tests.support.servers import RunningServer, settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -110,10 +110,11 @@ async def test_an_object_deleted_at_the_hub_becomes_a_404_after_the_ttl(
     make_spoke: SpokeFactory, dataset: Dataset, http: aiohttp.ClientSession
 ) -> None:
     root, files = dataset
-    spoke = await make_spoke(meta_ttl_s=0.3)
+    clock = FakeClock()
+    spoke = await make_spoke(clock.clock(), meta_ttl_s=0.3)
     assert await read(http, spoke.url, "ds/small.bin") == ("MISS", files["ds/small.bin"])
     (root / "ds/small.bin").unlink()
-    await asyncio.sleep(0.5)
+    clock.advance(0.301)  # past the metadata TTL
     async with http.get(f"{spoke.url}/objects/ds/small.bin") as resp:
         assert resp.status == 404
         assert resp.content_type == PROBLEM

@@ -344,7 +344,7 @@ async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
         # The hub sends the head and 1 MiB of chunk 0, then closes the connection.
         backend.cut_once_at = READ_BLOCK_BYTES
         backoff = HeldBackoff()
-        spoke.app[CACHE].retry_sleep = backoff.sleep
+        spoke.app[CACHE].calls.sleep = backoff.sleep
         target = "/objects/wide/w.bin"
         sample = asyncio.create_task(raw_get(spoke.url, target, "Range: bytes=0-99"))
         await asyncio.wait_for(backoff.entered.wait(), WAIT_S)

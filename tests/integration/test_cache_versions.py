@@ -23,6 +23,7 @@ from hub.config import HubConfig
 from hub.handlers import BACKEND
 from spoke.client.clients import AsyncClient
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.clock import FakeClock
 from tests.support.raw_http import raw_get
 from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_hub
 
@@ -58,7 +59,8 @@ async def test_a_changed_object_is_served_whole_in_its_new_version_after_the_ttl
     change: Change, make_spoke: SpokeFactory, dataset: Dataset, http: aiohttp.ClientSession
 ) -> None:
     root, files = dataset
-    spoke = await make_spoke(meta_ttl_s=TTL_S)
+    clock = FakeClock()
+    spoke = await make_spoke(clock.clock(), meta_ttl_s=TTL_S)
     url = f"{spoke.url}/objects/ds/partial.bin"
     old = files["ds/partial.bin"]
     rng = random.Random(11)
@@ -71,7 +73,7 @@ async def test_a_changed_object_is_served_whole_in_its_new_version_after_the_ttl
 
     for new in (rng.randbytes(len(old)), rng.randbytes(len(old) + 5000)):
         change(root / "ds/partial.bin", new)
-        await asyncio.sleep(TTL_S + 0.2)
+        clock.advance(TTL_S + 0.001)  # past the metadata TTL
         status, headers, body = await read(http, url)
         assert (status, headers["X-Cache"]) == (200, "MISS")
         assert body == new

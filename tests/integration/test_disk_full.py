@@ -70,7 +70,7 @@ async def metric_samples(http: aiohttp.ClientSession, url: str) -> dict[tuple[st
 async def assert_consistent(cache: ChunkCache) -> None:
     """What the spoke serves as cached is exactly what the index and the disk hold,
     and no half-written file is left."""
-    rows = await cache._in_db(cache.index.rows)  # the index's own thread
+    rows = await cache.db.run(cache.index.rows)  # the index's own thread
     on_disk, stray = cache.store.scan()
     resident = set(cache.snapshot()[1])
     assert {r.name for r in rows} == on_disk == resident
@@ -84,7 +84,7 @@ async def test_a_full_index_costs_caching_not_the_answer(
     spoke = await make_spoke(capacity_bytes=64 << 20)
     cache = spoke.app[CACHE]
     # No page more than it has now: SQLite answers "database or disk is full" itself.
-    await cache._in_db(cache.index._db.execute, "PRAGMA max_page_count = 1")
+    await cache.db.run(cache.index._db.execute, "PRAGMA max_page_count = 1")
 
     assert await get(http, f"{spoke.url}/objects/ds/many.bin") == (200, "MISS", many)
     stats = await settled_stats(http, spoke.url)
@@ -97,7 +97,7 @@ async def test_a_full_index_costs_caching_not_the_answer(
     assert samples["spoke_disk_write_errors_total", "chunk"] == stats["uncached_fills"]
 
     # Room again: caching resumes by itself, the refused manifest saved this time.
-    await cache._in_db(cache.index._db.execute, "PRAGMA max_page_count = 1073741823")
+    await cache.db.run(cache.index._db.execute, "PRAGMA max_page_count = 1073741823")
     uncached = stats["uncached_fills"]
     cache.invalidate("ds/many.bin")  # its next read asks the hub, as after the TTL
     assert await get(http, f"{spoke.url}/objects/ds/many.bin") == (200, "PARTIAL", many)
@@ -106,7 +106,7 @@ async def test_a_full_index_costs_caching_not_the_answer(
     stats = await settled_stats(http, spoke.url)
     assert (stats["uncached_fills"], stats["cached_chunks"]) == (uncached, MANY_CHUNKS + 1 + 6)
     assert stats["used_bytes"] == len(many) + len(small)
-    assert await cache._in_db(cache.index.load_manifest, "ds/many.bin") is not None
+    assert await cache.db.run(cache.index.load_manifest, "ds/many.bin") is not None
     await assert_consistent(cache)
 
 
@@ -177,7 +177,7 @@ async def test_background_tasks_outlive_a_full_disk(
     data = dataset[1]["ds/small.bin"]
     assert (await get(http, f"{spoke.url}/objects/ds/small.bin"))[:2] == (200, "MISS")
     await settled_stats(http, spoke.url)
-    (stored,) = await cache._in_db(cache.index.rows)
+    (stored,) = await cache.db.run(cache.index.rows)
 
     refusals = 3
     touch = cache.index.touch
@@ -193,7 +193,7 @@ async def test_background_tasks_outlive_a_full_disk(
     assert await get(http, f"{spoke.url}/objects/ds/small.bin") == (200, "HIT", data)
 
     async def access_saved() -> bool:
-        (row,) = await cache._in_db(cache.index.rows)
+        (row,) = await cache.db.run(cache.index.rows)
         return row.last_access > stored.last_access
 
     await wait_for("the access time kept and saved once the disk took it", access_saved)

@@ -214,7 +214,7 @@ async def test_an_early_fetch_taken_on_keeps_no_chunk_memory_after_its_read(
 ) -> None:
     """The timer that drops an early fetch nobody took must not hold one a flight took:
     its chunk buffer would outlive the read (under faults, by dozens at once)."""
-    monkeypatch.setattr("spoke.cache.engine.KEPT_S", 3600.0)
+    monkeypatch.setattr("spoke.cache.early.KEPT_S", 3600.0)
     spoke = await make_spoke(readahead_chunks=0, sequential_readahead_chunks=0)
     await learn_chunk_size(http, spoke)
     data = dataset[1]["ds/big.bin"]

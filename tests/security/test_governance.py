@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import aiohttp
 
 from tests.conftest import CHUNK, SpokeFactory
 from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call
+from tests.support.clock import FakeClock
 from tests.support.servers import settled_stats
 
 
@@ -52,26 +52,23 @@ async def test_stats_with_tenants_needs_admin(
 async def test_max_age_drops_old_chunks_even_with_room_left(
     make_spoke: SpokeFactory, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    spoke = await make_spoke(max_age_s=60)
+    clock = FakeClock()
+    spoke = await make_spoke(clock.clock(), max_age_s=60)
     async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
         await resp.read()
     await settled_stats(http, spoke.url)
     from spoke.serve.handlers import CACHE
 
     cache = spoke.app[CACHE]
+    clock.advance(59)
     assert await cache.expire() == 0  # young chunks stay
-    assert await cache.expire(now=cache_time() + 61) == 6
+    clock.advance(2)
+    assert await cache.expire() == 6
     assert cache.used_bytes == 0 and chunk_files(tmp_path / "cache") == 0
     async with http.get(f"{spoke.url}/stats") as resp:
         assert (await resp.json())["expired_chunks"] == 6
     async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
         assert resp.headers["X-Cache"] == "MISS"
-
-
-def cache_time() -> float:
-    import time
-
-    return time.time()
 
 
 async def test_max_age_flag_parses_durations() -> None:
@@ -88,7 +85,8 @@ async def test_an_object_deleted_at_the_hub_is_dropped_after_the_ttl(
     make_spoke: SpokeFactory, dataset: Dataset, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     root, _ = dataset
-    spoke = await make_spoke(meta_ttl_s=0.2)
+    clock = FakeClock()
+    spoke = await make_spoke(clock.clock(), meta_ttl_s=0.2)
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         await resp.read()
     await settled_stats(http, spoke.url)
@@ -96,7 +94,7 @@ async def test_an_object_deleted_at_the_hub_is_dropped_after_the_ttl(
     (root / "ds" / "exact.bin").unlink()
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         assert resp.status == 200  # still within the TTL
-    await asyncio.sleep(0.3)
+    clock.advance(0.201)  # past it
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         assert resp.status == 404
     assert chunk_files(tmp_path / "cache") == 0

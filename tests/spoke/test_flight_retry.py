@@ -18,6 +18,7 @@ import pytest
 from protocol.digests import digest
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
+from spoke.cache.clock import SYSTEM_CLOCK
 from spoke.cache.engine import ChunkCache
 from spoke.cache.flight import Filling
 from spoke.cache.index import ChunkIndex
@@ -73,7 +74,7 @@ async def cache_with(
     hub, backoff = FirstAttemptBreaks(data), HeldBackoff()
     cache = ChunkCache(
         store=ChunkStore(str(tmp_path)), index=ChunkIndex(str(tmp_path)),
-        policy=make_policy("lru", 64 << 20), hub=hub,  # type: ignore[arg-type]
+        policy=make_policy("lru", 64 << 20), hub=hub, clock=SYSTEM_CLOCK,  # type: ignore[arg-type]
         capacity_bytes=64 << 20, meta_ttl_s=60.0, fetch_concurrency=4,
         retry=RetryPolicy(attempts=3), sleep=backoff.sleep,
     )

@@ -22,6 +22,7 @@ from hub.config import HubConfig
 from loadtest.procs import Process, start_process
 from service.runner import start_site
 from spoke.app import make_app as make_spoke_app
+from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.config import SpokeConfig
 
 
@@ -60,8 +61,10 @@ async def start_hub(config: HubConfig, backend: Backend | None = None) -> Runnin
     return RunningServer(f"http://127.0.0.1:{port}", runner, app)
 
 
-async def start_spoke(config: SpokeConfig) -> RunningServer:
-    app = make_spoke_app(config)
+async def start_spoke(config: SpokeConfig, clock: Clock = SYSTEM_CLOCK) -> RunningServer:
+    """A spoke in this process; ``clock`` is its cache's (a :class:`FakeClock`'s to step
+    past TTLs)."""
+    app = make_spoke_app(config, clock)
     runner, port = await start_site(app, "127.0.0.1", 0)
     return RunningServer(f"http://127.0.0.1:{port}", runner, app)
 

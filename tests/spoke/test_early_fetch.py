@@ -7,7 +7,7 @@ import pytest
 from protocol.chunks import chunk_count
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
-from spoke.cache.early import Ahead
+from spoke.cache.early import EarlyFetch
 from spoke.cache.flight import Filling
 from spoke.upstream.errors import VersionChanged
 
@@ -21,14 +21,14 @@ def manifest(
                     digest_alg="sha256", digests=(b"\0" * 32,) * chunk_count(size, chunk_size))
 
 
-def ahead_at(start: int) -> Ahead:
-    return Ahead("ds/a.bin", ByteRange(start, start + CHUNK), Filling(CHUNK))
+def early_at(start: int) -> EarlyFetch:
+    return EarlyFetch("ds/a.bin", ByteRange(start, start + CHUNK), Filling(CHUNK))
 
 
 def test_it_is_the_chunk_that_starts_where_it_was_asked_for() -> None:
-    assert ahead_at(2 * CHUNK).bounds_in(manifest(10 * CHUNK)) == ByteRange(2000, 3000)
+    assert early_at(2 * CHUNK).bounds_in(manifest(10 * CHUNK)) == ByteRange(2000, 3000)
     # The last chunk: the hub's answer ends where the object does.
-    assert ahead_at(2 * CHUNK).bounds_in(manifest(2 * CHUNK + 7)) == ByteRange(2000, 2007)
+    assert early_at(2 * CHUNK).bounds_in(manifest(2 * CHUNK + 7)) == ByteRange(2000, 2007)
 
 
 @pytest.mark.parametrize("other", [
@@ -37,33 +37,33 @@ def test_it_is_the_chunk_that_starts_where_it_was_asked_for() -> None:
     manifest(10 * CHUNK, path="ds/b.bin"),  # another object
 ])
 def test_it_is_no_chunk_of_a_manifest_shaped_otherwise(other: Manifest) -> None:
-    assert ahead_at(2 * CHUNK).bounds_in(other) is None
+    assert early_at(2 * CHUNK).bounds_in(other) is None
 
 
 def test_once_the_answer_said_its_version_only_that_versions_manifest_takes_it() -> None:
-    ahead = ahead_at(0)
-    ahead.on_head('"v2"', ByteRange(0, CHUNK))
-    assert ahead.bounds_in(manifest(5 * CHUNK)) is None
-    assert ahead.bounds_in(manifest(5 * CHUNK, etag='"v2"')) == ByteRange(0, CHUNK)
+    early = early_at(0)
+    early.on_head('"v2"', ByteRange(0, CHUNK))
+    assert early.bounds_in(manifest(5 * CHUNK)) is None
+    assert early.bounds_in(manifest(5 * CHUNK, etag='"v2"')) == ByteRange(0, CHUNK)
 
 
 def test_taken_on_before_the_answer_it_refuses_another_version_before_any_byte() -> None:
-    ahead = ahead_at(0)
-    ahead.take_on(manifest(5 * CHUNK), ByteRange(0, CHUNK))
+    early = early_at(0)
+    early.take_on(manifest(5 * CHUNK), ByteRange(0, CHUNK))
     with pytest.raises(VersionChanged):
-        ahead.on_head('"v2"', ByteRange(0, CHUNK))
-    assert ahead.fill.received == 0
+        early.on_head('"v2"', ByteRange(0, CHUNK))
+    assert early.fill.received == 0
 
 
 def test_a_chunk_shorter_than_asked_for_shrinks_the_fill_before_its_bytes() -> None:
-    taken = ahead_at(0)
+    taken = early_at(0)
     taken.take_on(manifest(300), ByteRange(0, 300))
     assert taken.fill.length == 300
     taken.on_head('"v1"', ByteRange(0, 300))  # as the manifest said: accepted
-    answered = ahead_at(0)
+    answered = early_at(0)
     answered.on_head('"v1"', ByteRange(0, 300))
     assert (answered.fill.length, len(answered.fill.space())) == (300, 300)
     with pytest.raises(VersionChanged):  # the manifest wants 300 bytes, not 200
-        ahead = ahead_at(0)
-        ahead.take_on(manifest(300), ByteRange(0, 300))
-        ahead.on_head('"v1"', ByteRange(0, 200))
+        early = early_at(0)
+        early.take_on(manifest(300), ByteRange(0, 300))
+        early.on_head('"v1"', ByteRange(0, 200))
