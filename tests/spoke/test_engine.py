@@ -20,7 +20,7 @@ from protocol.ranges import ByteRange
 from spoke.cache.engine import ChunkCache
 from spoke.cache.index import ChunkIndex
 from spoke.cache.store import ChunkStore
-from spoke.policy.base import make_policy
+from spoke.policy import make_policy
 from spoke.upstream.base import BodyTarget, HeadCheck
 from spoke.upstream.errors import ChunkCorrupt, HubUnavailable, ObjectNotFound
 from spoke.upstream.resilience import RetryPolicy

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from spoke.cache.resident import Resident
 from spoke.cache.space import Space
-from spoke.policy.base import POLICY_NAMES, make_policy
+from spoke.policy import POLICY_NAMES, make_policy
 
 
 @dataclass
