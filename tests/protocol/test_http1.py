@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from protocol.errors import MalformedRequest, ProtocolError, UnknownMethod, UnsupportedVersion
 from protocol.http1 import (
     MAX_FIELDS,
-    MAX_HEAD_BYTES,
+    MAX_REQUEST_HEAD_BYTES,
     MAX_REQUEST_LINE_BYTES,
     Headers,
     RequestScreen,
@@ -144,7 +144,7 @@ class _RefHeaders(dict[str, str]):
 
 
 def reference_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
-    if len(head) > MAX_HEAD_BYTES:
+    if len(head) > MAX_REQUEST_HEAD_BYTES:
         return None
     lines = head.split(b"\r\n")
     if len(lines) > MAX_FIELDS + 1 or len(lines[0]) > MAX_REQUEST_LINE_BYTES:
@@ -259,8 +259,8 @@ def _fill(size: int) -> bytes:
     b"GET /" + b"a" * (MAX_REQUEST_LINE_BYTES - 13) + b" HTTP/1.1\r\nHost: x",
     b"GET /a HTTP/1.1\r\nHost: x" + b"".join(b"\r\nX-%d: v" % i for i in range(MAX_FIELDS - 1)),
     b"GET /a HTTP/1.1\r\nHost: x" + b"".join(b"\r\nX-%d: v" % i for i in range(MAX_FIELDS)),
-    _fill(MAX_HEAD_BYTES),
-    _fill(MAX_HEAD_BYTES + 1),
+    _fill(MAX_REQUEST_HEAD_BYTES),
+    _fill(MAX_REQUEST_HEAD_BYTES + 1),
     b"GET /a HTTP/1.1\r\nHost: x\r\nX:" + b" " * 5000 + b"\x00",
     b"GET /a HTTP/1.1\r\nHost: x\r\nX: a" + b" \t" * 5000,
     b"GET /a HTTP/1.1\r\nHost: x\r\nX: a\r\r\nY: b",
