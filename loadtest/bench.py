@@ -73,6 +73,7 @@ from loadtest.replay import (
     summarize,
 )
 from loadtest.wan import add_latency, create_hub_proxy, start_toxiproxy
+from protocol.headers import CACHE_HEADER
 from spoke.workers.cpus import AFFINITIES
 
 MiB = 1 << 20
@@ -451,11 +452,11 @@ def probe(url: str, headers: dict[str, str]) -> dict[str, Any]:
             h = reply.headers
             return {"status": reply.status, "content_type": h.get("Content-Type", ""),
                     "content_length": int(h.get("Content-Length") or -1),
-                    "x_cache": h.get("X-Cache")}
+                    "x_cache": h.get(CACHE_HEADER)}
     except urllib.error.HTTPError as err:
         return {"status": err.code, "content_type": err.headers.get("Content-Type", ""),
                 "content_length": int(err.headers.get("Content-Length") or -1),
-                "x_cache": err.headers.get("X-Cache")}
+                "x_cache": err.headers.get(CACHE_HEADER)}
     except OSError as err:
         return {"status": None, "error": str(err)}
 

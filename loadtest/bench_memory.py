@@ -56,6 +56,7 @@ from typing import Any
 from loadtest.bench_restart import CHUNK_BYTES, build
 from loadtest.dataset import generate
 from loadtest.procs import Process, start_process
+from protocol.headers import CACHE_HEADER
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -280,7 +281,7 @@ class Conn:
                 raise ConnectionError("the spoke closed the connection mid-body")
             got += len(block)
             remaining -= len(block)
-        return status, got, headers.get("x-cache", "")
+        return status, got, headers.get(CACHE_HEADER.lower(), "")
 
     def close(self) -> None:
         self.writer.close()
