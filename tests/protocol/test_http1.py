@@ -3,7 +3,6 @@ everything else it declines (None), for aiohttp to judge."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import pytest
@@ -21,27 +20,15 @@ from protocol.http1 import (
     could_start_plain_read,
     parse_request_head,
 )
+from tests.protocol.aiohttp_reference import first_message
 
 
 def aiohttp_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
     """What aiohttp's own (pure-Python) parser makes of ``head``; None if it refuses it."""
-
-    class Proto:
-        def set_response_params(self, *a: object, **k: object) -> None: ...
-
-    loop = asyncio.new_event_loop()
-    try:
-        parser = HttpRequestParserPy(Proto(), loop, 2**16, max_line_size=8190,  # type: ignore[arg-type]
-                                     max_field_size=8190)
-        try:
-            messages, _, _ = parser.feed_data(head + b"\r\n\r\n")
-        except Exception:
-            return None
-    finally:
-        loop.close()
-    if not messages:
+    msg = first_message(lambda proto, loop: HttpRequestParserPy(
+        proto, loop, 2**16, max_line_size=8190, max_field_size=8190), head)
+    if msg is None:
         return None
-    msg = messages[0][0]
     headers = {k.lower(): v for k, v in msg.headers.items()}
     return msg.method, msg.path, headers, not msg.should_close
 

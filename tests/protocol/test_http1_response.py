@@ -3,7 +3,6 @@ response parser does; what is not a plain HTTP/1.x head it refuses, with a reaso
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from protocol.errors import MalformedResponse
 from protocol.http1 import MAX_RESPONSE_HEAD_BYTES, ResponseHead, parse_response_head
+from tests.protocol.aiohttp_reference import first_message
 
 
 @dataclass(frozen=True)
@@ -33,24 +33,10 @@ def aiohttp_reads(head: bytes) -> Read | None:
     connection takes heads up to MAX_RESPONSE_HEAD_BYTES, longer than aiohttp's lines.
     """
 
-    class Proto:
-        def set_response_params(self, *a: object, **k: object) -> None: ...
-
-    loop = asyncio.new_event_loop()
-    try:
-        parser = HttpResponseParserPy(
-            Proto(), loop, 2**20, max_line_size=2**20,  # type: ignore[arg-type]
-            max_field_size=2**20, max_headers=2**16,
-        )
-        try:
-            messages, _, _ = parser.feed_data(head + b"\r\n\r\n")
-        except Exception:
-            return None
-    finally:
-        loop.close()
-    if not messages:
+    msg = first_message(lambda proto, loop: HttpResponseParserPy(
+        proto, loop, 2**20, max_line_size=2**20, max_field_size=2**20, max_headers=2**16), head)
+    if msg is None:
         return None
-    msg = messages[0][0]
     headers: dict[str, list[str]] = {}
     for name, value in msg.headers.items():
         headers.setdefault(name.lower(), []).append(value)
