@@ -138,20 +138,22 @@ MAX_RESPONSE_HEAD_BYTES = 64 << 10
 # RFC 9112 §4: HTTP-version SP status-code [SP reason-phrase]; any 1.x version (a
 # recipient reads a later minor version as the highest it knows, §2.6).
 _STATUS_LINE = re.compile(r"HTTP/1\.([0-9]) ([0-9]{3})(?: [\t\x20-\x7e\x80-\xff]*+)?(?=\r\n|\Z)")
-# As _FIELD, but a value may hold obs-text (RFC 9110 §5.5), as a server's may.
-_RESPONSE_FIELD = re.compile(
-    r"\r\n([!#$%&'*+.^_`|~0-9A-Za-z-]++):[ \t]*+([\x20-\x7e\t\x80-\xff]*+)(?=\r\n|\Z)"
-)
+# The control characters (RFC 9110 §5.5): a head holds none but HTAB and the CRLFs
+# that end its lines. obs-text (0x80-0xFF) is a server's to send.
+_CONTROLS = bytes(range(0x20)).replace(b"\t", b"") + b"\x7f"
+_TOKEN_TEXT = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # Names servers commonly send (the hub's, aiohttp's): as _LOWER.
 _RESPONSE_LOWER = {name: name.lower() for name in (
     "Content-Type", "Content-Length", "Content-Range", "ETag", "Last-Modified",
     "Accept-Ranges", "Cache-Control", "Date", "Server", "Connection", REQUEST_ID_HEADER,
 )}
-# A Content-Length this many digits long is past any object: the body is not ours to read.
-_LENGTH = re.compile(r"[0-9]{1,18}")
+# A Content-Length longer than this is past any object: the body is not ours to read.
+_MAX_LENGTH_DIGITS = 18
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs more than the rest of the record,
+# once per chunk the hub sends.
+@dataclass(slots=True)
 class ResponseHead:
     status: int
     # By lower-case name (a plain dict: the names are lowered once, here); a field
@@ -173,22 +175,33 @@ def parse_response_head(head: bytes | bytearray | memoryview) -> ResponseHead:
     """
     if len(head) > MAX_RESPONSE_HEAD_BYTES:
         raise MalformedResponse(f"a response head over {MAX_RESPONSE_HEAD_BYTES} bytes")
-    text = str(head, "latin-1")
+    raw = bytes(head)
+    text = raw.decode("latin-1")
     line = _STATUS_LINE.match(text)
     if line is None:
         first = text.split("\r\n", 1)[0]
         raise MalformedResponse(f"a malformed status line {first[:80]!r}")
-    headers: dict[str, str] = {}
-    fields = 0
-    for name, value in _RESPONSE_FIELD.findall(text, line.end()):
-        key = _RESPONSE_LOWER.get(name) or name.lower()
-        value = value.rstrip(" \t")
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        fields += 1
-    if fields != text.count("\r\n"):
+    lines = text.split("\r\n")
+    # One C pass over the head, then str methods per line (a regex per field, or one
+    # over the head, costs more than the rest of the parse): no controls but the
+    # CRLFs, so no bare CR or LF, no NUL.
+    if len(raw) - len(raw.translate(None, _CONTROLS)) != 2 * (len(lines) - 1):
         raise MalformedResponse("a malformed response header")
+    headers: dict[str, str] = {}
+    for field in lines[1:]:
+        name, colon, value = field.partition(":")
+        key = _RESPONSE_LOWER.get(name)
+        if key is None or not colon:
+            # Not a token (empty, obs-fold, whitespace before the colon), or no colon.
+            if not colon or _TOKEN_TEXT.fullmatch(name) is None:
+                raise MalformedResponse("a malformed response header")
+            key = name.lower()
+        value = value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
     length = headers.get("content-length")
-    if length is None or _LENGTH.fullmatch(length) is None or "transfer-encoding" in headers:
+    # isascii: str.isdigit() takes '²', which int() refuses.
+    if length is None or not (length.isascii() and length.isdigit()) \
+            or len(length) > _MAX_LENGTH_DIGITS or "transfer-encoding" in headers:
         content_length = None
     else:
         content_length = int(length)

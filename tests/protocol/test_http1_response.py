@@ -155,6 +155,7 @@ REFUSED_CASES: list[tuple[bytes, str]] = [
     (b"HTTP/1.1 206 OK\r\nBad Name: a", "header"),
     (b"HTTP/1.1 206 OK\r\n: a", "header"),
     (b"HTTP/1.1 206 OK\r\nNoColon", "header"),
+    (b"HTTP/1.1 206 OK\r\nContent-Length", "header"),  # a name it knows, and no colon
     (b"HTTP/1.1 206 OK\r\nX\xe9: a", "header"),
     (b"HTTP/1.1 206 OK\r\n", "header"),
     (b"HTTP/1.1 206 OK\r\nX: a\r\n\r\nY: b", "header"),
