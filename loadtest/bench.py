@@ -75,6 +75,7 @@ from loadtest.replay import (
     replay,
     summarize,
 )
+from protocol.headers import CACHE_HEADER
 from spoke.config import AFFINITIES
 
 WRK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wrk")
@@ -299,11 +300,11 @@ def probe(url: str, headers: dict[str, str]) -> dict[str, Any]:
             h = reply.headers
             return {"status": reply.status, "content_type": h.get("Content-Type", ""),
                     "content_length": int(h.get("Content-Length") or -1),
-                    "x_cache": h.get("X-Cache")}
+                    "x_cache": h.get(CACHE_HEADER)}
     except urllib.error.HTTPError as err:
         return {"status": err.code, "content_type": err.headers.get("Content-Type", ""),
                 "content_length": int(err.headers.get("Content-Length") or -1),
-                "x_cache": err.headers.get("X-Cache")}
+                "x_cache": err.headers.get(CACHE_HEADER)}
     except OSError as err:
         return {"status": None, "error": str(err)}
 

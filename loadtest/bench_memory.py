@@ -58,6 +58,7 @@ from loadtest.dataset import generate
 from loadtest.lab import Lab
 from loadtest.meter import memory, open_sockets
 from loadtest.procs import REPO
+from protocol.headers import CACHE_HEADER
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -270,7 +271,7 @@ class Conn:
                 raise ConnectionError("the spoke closed the connection mid-body")
             got += len(block)
             remaining -= len(block)
-        return status, got, headers.get("x-cache", "")
+        return status, got, headers.get(CACHE_HEADER.lower(), "")
 
     def close(self) -> None:
         self.writer.close()

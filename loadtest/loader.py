@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES, Shard
+from protocol.headers import CACHE_HEADER
 
 
 @dataclass
@@ -79,7 +80,7 @@ async def run_pass(base_url: str, order: list[tuple[str, int]], workers: int,
             async with session.get(f"{base_url}/objects/{path}", headers=headers) as resp:
                 body = await resp.read()
                 ok = resp.status == 206 and len(body) == SAMPLE_BYTES
-                result.hits += resp.headers.get("X-Cache") == "HIT"
+                result.hits += resp.headers.get(CACHE_HEADER) == "HIT"
             result.latencies_s.append(time.perf_counter() - t0)
             result.samples += ok
             result.errors += not ok

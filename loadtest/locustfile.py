@@ -40,6 +40,7 @@ from locust.contrib.fasthttp import FastResponse, ResponseContextManager
 
 from loadtest.dataset import SAMPLE_BYTES
 from protocol.digests import digest
+from protocol.headers import CACHE_HEADER
 from protocol.manifest import Manifest, decode_manifest
 
 logger = logging.getLogger("hubspoke.locust")
@@ -203,7 +204,7 @@ class LoaderUser(FastHttpUser):
             self._cache_event(resp, elapsed_ms, length)
 
     def _cache_event(self, resp: ResponseContextManager, elapsed_ms: float, length: int) -> None:
-        state = header(resp, "X-Cache") or "none"
+        state = header(resp, CACHE_HEADER) or "none"
         self.environment.events.request.fire(
             request_type=CACHE_EVENT, name=f"X-Cache {state}", response_time=elapsed_ms,
             response_length=length, exception=None, context={},

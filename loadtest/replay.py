@@ -30,6 +30,7 @@ import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES, Shard
 from loadtest.loader import epoch_order
+from protocol.headers import CACHE_HEADER
 
 
 @dataclass
@@ -162,7 +163,7 @@ async def replay(
                                            headers=headers) as resp:
                         body = await resp.read()
                         ok = resp.status == 206 and len(body) == SAMPLE_BYTES
-                        x_cache = resp.headers.get("X-Cache")
+                        x_cache = resp.headers.get(CACHE_HEADER)
                         if x_cache is not None:
                             hit = x_cache == "HIT"
                 except (aiohttp.ClientError, TimeoutError):

@@ -54,6 +54,7 @@ import aiohttp
 from loadtest.dataset import SAMPLE_BYTES, generate
 from loadtest.lab import Lab
 from loadtest.simulate import Req, Result, opt, policy_factories, shuffled_epochs, simulate
+from protocol.headers import CACHE_HEADER
 from protocol.sizes import format_size
 from service.cli import positive, size_arg
 from spoke.policy import POLICY_NAMES
@@ -206,7 +207,7 @@ async def _read(http: aiohttp.ClientSession, spoke: str, read: Read) -> tuple[st
     try:
         async with http.get(f"{spoke}/objects/{read.path}", headers=headers) as resp:
             body = await resp.read()
-            x_cache = resp.headers.get("X-Cache", "")
+            x_cache = resp.headers.get(CACHE_HEADER, "")
             ok = resp.status == 206 and len(body) == read.length
             return x_cache, body if ok else None
     except (aiohttp.ClientError, TimeoutError):

@@ -78,6 +78,7 @@ from loadtest.faults import DISK_FULL, NORMAL, OUTAGE, Applied, FaultInjector, p
 from loadtest.lab import Lab
 from loadtest.meter import memory, open_fds
 from loadtest.procs import Process
+from protocol.headers import CACHE_HEADER
 from protocol.sizes import parse_size
 
 UNAVAILABLE = (503, 504)  # what the spoke answers for uncached data when the hub is away
@@ -379,7 +380,7 @@ class Context:
         headers = {"Range": f"bytes={start}-{start + length - 1}"}
         try:
             async with self.session.get(self._url(shard), headers=headers) as resp:
-                status, x_cache = resp.status, resp.headers.get("X-Cache")
+                status, x_cache = resp.status, resp.headers.get(CACHE_HEADER)
                 body = await resp.read()
                 problem = self._check(resp, body, shard, start, length)
                 if resp.status != 206:
@@ -409,7 +410,7 @@ class Context:
         cut = False
         try:
             async with self.session.head(self._url(shard)) as resp:
-                status, x_cache = resp.status, resp.headers.get("X-Cache")
+                status, x_cache = resp.status, resp.headers.get(CACHE_HEADER)
                 if resp.status != 200:
                     problem = f"status {resp.status}"
                 elif resp.headers.get("Content-Length") != str(shard.size):

@@ -80,3 +80,10 @@ class UnsupportedVersion(ProtocolError):
 
     status_hint = 505
     title = "HTTP Version Not Supported"
+
+
+class MalformedResponse(ProtocolError):
+    """Bytes that are not an HTTP/1 response head a client can read."""
+
+    status_hint = 502
+    title = "Bad Gateway"

@@ -8,5 +8,7 @@ PLAN_HEADER = "X-Hubspoke-Plan"
 REQUEST_ID_HEADER = "X-Request-Id"
 # On a spoke's answer: HIT, MISS or PARTIAL.
 CACHE_HEADER = "X-Cache"
+# On a spoke's answer from its cache while the hub is unreachable.
+STALE_HEADER = "X-Cache-Stale"
 # On every answer of both servers: one name, so a loader cannot tell them apart by it.
 SERVER = "hubspoke"

@@ -1,5 +1,6 @@
-"""HTTP/1 request heads: a strict reader for the spoke's fast path, and a screen in
-front of aiohttp's parser (:class:`RequestScreen`).
+"""HTTP/1 heads: a strict request reader for the spoke's fast path, a screen in front
+of aiohttp's request parser (:class:`RequestScreen`), and the response-head reader of
+the spoke's own connections to the hub (:func:`parse_response_head`).
 
 The reader is not a general parser. It accepts one narrow, unambiguous shape, the one loaders
 send for reads (``GET``/``HEAD``, origin-form target of plain characters, HTTP/1.1,
@@ -16,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from protocol.errors import MalformedRequest, ProtocolError, UnknownMethod, UnsupportedVersion
+from protocol.errors import (
+    MalformedRequest,
+    MalformedResponse,
+    ProtocolError,
+    UnknownMethod,
+    UnsupportedVersion,
+)
+from protocol.headers import REQUEST_ID_HEADER
 
 # The patterns match the head decoded as latin-1, which maps each byte to the code
 # point of the same value: a class means the same bytes it would in a bytes pattern,
@@ -41,10 +49,11 @@ _FRAMING = frozenset({"transfer-encoding", "upgrade", "expect", "te", "trailer"}
 # Names clients commonly send: a dict hit costs less than str.lower.
 _LOWER = {name: name.lower() for name in (
     "Host", "User-Agent", "Accept", "Accept-Encoding", "Range", "Connection",
-    "Authorization", "If-Match", "If-None-Match", "X-Request-Id", "Content-Length",
+    "Authorization", "If-Match", "If-None-Match", REQUEST_ID_HEADER, "Content-Length",
 )}
 
-MAX_HEAD_BYTES = 16 << 10
+# The largest request head the fast path's reader takes; a larger one is aiohttp's.
+MAX_REQUEST_HEAD_BYTES = 16 << 10
 # Below aiohttp's own limits (8190-byte request line, 128 fields), so whatever this
 # reader takes, aiohttp would have taken too.
 MAX_REQUEST_LINE_BYTES = 8190
@@ -82,7 +91,7 @@ class RequestHead:
 def parse_request_head(head: bytes | bytearray) -> RequestHead | None:
     """The request in ``head`` (up to, not including, the blank line), or ``None``
     when it is outside the subset this reader takes."""
-    if len(head) > MAX_HEAD_BYTES:
+    if len(head) > MAX_REQUEST_HEAD_BYTES:
         return None
     text = head.decode("latin-1")
     count = text.count("\r\n")
@@ -119,6 +128,90 @@ def could_start_plain_read(start: bytes | bytearray) -> bool:
     """Whether a request beginning with ``start`` (its first bytes, the head not yet
     complete) may still be one :func:`parse_request_head` takes."""
     return any(s.startswith(bytes(start[:len(s)])) for s in _PLAIN_STARTS)
+
+
+# ---------------------------------------------------------------------------
+# response heads, as the spoke's chunk connections read the hub's
+
+# The largest response head a client of ours reads (the hub's are a few hundred bytes).
+MAX_RESPONSE_HEAD_BYTES = 64 << 10
+# RFC 9112 §4: HTTP-version SP status-code [SP reason-phrase]; any 1.x version (a
+# recipient reads a later minor version as the highest it knows, §2.6).
+_STATUS_LINE = re.compile(r"HTTP/1\.([0-9]) ([0-9]{3})(?: [\t\x20-\x7e\x80-\xff]*+)?(?=\r\n|\Z)")
+# The control characters (RFC 9110 §5.5): a head holds none but HTAB and the CRLFs
+# that end its lines. obs-text (0x80-0xFF) is a server's to send.
+_CONTROLS = bytes(range(0x20)).replace(b"\t", b"") + b"\x7f"
+_TOKEN_TEXT = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Names servers commonly send (the hub's, aiohttp's): as _LOWER.
+_RESPONSE_LOWER = {name: name.lower() for name in (
+    "Content-Type", "Content-Length", "Content-Range", "ETag", "Last-Modified",
+    "Accept-Ranges", "Cache-Control", "Date", "Server", "Connection", REQUEST_ID_HEADER,
+)}
+# A Content-Length longer than this is past any object: the body is not ours to read.
+_MAX_LENGTH_DIGITS = 18
+
+
+# Not frozen: a frozen dataclass's __init__ costs more than the rest of the record,
+# once per chunk the hub sends.
+@dataclass(slots=True)
+class ResponseHead:
+    status: int
+    # By lower-case name (a plain dict: the names are lowered once, here); a field
+    # sent more than once has its values joined with ", ".
+    headers: dict[str, str]
+    keep_alive: bool  # RFC 9112 §9.3, for a body framed by its Content-Length
+    # None: the body is not framed by one plain Content-Length (absent, not a number,
+    # or Transfer-Encoding, which overrides it, RFC 9112 §6.3).
+    content_length: int | None
+
+
+def parse_response_head(head: bytes | bytearray | memoryview) -> ResponseHead:
+    """The response in ``head`` (up to, not including, the blank line).
+
+    Raises :class:`MalformedResponse` for a head that is not a plain HTTP/1.x one:
+    a bad status line, a line that is not a ``name: value`` field (obs-fold, bare CR
+    or LF, control bytes, whitespace before the colon), or more than
+    ``MAX_RESPONSE_HEAD_BYTES``. What it reads, it reads as aiohttp's parser does.
+    """
+    if len(head) > MAX_RESPONSE_HEAD_BYTES:
+        raise MalformedResponse(f"a response head over {MAX_RESPONSE_HEAD_BYTES} bytes")
+    raw = bytes(head)
+    text = raw.decode("latin-1")
+    line = _STATUS_LINE.match(text)
+    if line is None:
+        first = text.split("\r\n", 1)[0]
+        raise MalformedResponse(f"a malformed status line {first[:80]!r}")
+    lines = text.split("\r\n")
+    # One C pass over the head, then str methods per line (a regex per field, or one
+    # over the head, costs more than the rest of the parse): no controls but the
+    # CRLFs, so no bare CR or LF, no NUL.
+    if len(raw) - len(raw.translate(None, _CONTROLS)) != 2 * (len(lines) - 1):
+        raise MalformedResponse("a malformed response header")
+    headers: dict[str, str] = {}
+    for field in lines[1:]:
+        name, colon, value = field.partition(":")
+        key = _RESPONSE_LOWER.get(name)
+        if key is None or not colon:
+            # Not a token (empty, obs-fold, whitespace before the colon), or no colon.
+            if not colon or _TOKEN_TEXT.fullmatch(name) is None:
+                raise MalformedResponse("a malformed response header")
+            key = name.lower()
+        value = value.strip(" \t")
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    length = headers.get("content-length")
+    # isascii: str.isdigit() takes '²', which int() refuses.
+    if length is None or not (length.isascii() and length.isdigit()) \
+            or len(length) > _MAX_LENGTH_DIGITS or "transfer-encoding" in headers:
+        content_length = None
+    else:
+        content_length = int(length)
+    http10 = line[1] == "0"
+    keep_alive = not http10
+    connection = headers.get("connection")
+    if connection:
+        options = {o.strip(" \t").lower() for o in connection.split(",")}
+        keep_alive = "close" not in options and (not http10 or "keep-alive" in options)
+    return ResponseHead(int(line[2]), headers, keep_alive, content_length)
 
 
 # ---------------------------------------------------------------------------

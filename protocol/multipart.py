@@ -15,10 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ProtocolError
-from protocol.ranges import ByteRange
+from protocol.ranges import ByteRange, parse_content_range
 
 _BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
-_CONTENT_RANGE = re.compile(rb"bytes (\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 
 
 # 24 hex characters: 96 random bits, and the same framing length on hub and spoke.
@@ -167,13 +166,10 @@ def _part_range(headers: bytes) -> ByteRange:
     for line in headers.split(b"\r\n"):
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-range":
-            match = _CONTENT_RANGE.fullmatch(value.strip())
-            if match is None:
+            parsed = parse_content_range(value.decode("latin-1"))
+            if parsed is None or parsed.range is None:
                 break
-            first, last = int(match.group(1)), int(match.group(2))
-            if last < first:
-                break
-            return ByteRange(first, last + 1)
+            return parsed.range
     raise BadMultipart("a part has no usable Content-Range")
 
 

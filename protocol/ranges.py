@@ -6,6 +6,7 @@ last-byte position exists only in this module.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from protocol.errors import RangeNotSatisfiable, TooManyRanges
@@ -141,6 +142,48 @@ def content_range(r: ByteRange, size: int) -> str:
 def unsatisfied_content_range(size: int) -> str:
     """The ``Content-Range`` value for a 416 answer (RFC 9110 §15.5.17)."""
     return f"bytes */{size}"
+
+
+# Byte positions and lengths beyond a file offset's range (off_t, 2**63 - 1) belong to
+# no object; more digits than it has are refused before int() sees them.
+MAX_POSITION = (1 << 63) - 1
+_POSITION = r"([0-9]{1,19})"
+# RFC 9110 §14.4: the unit (case-insensitive, §14.1), one SP, then either
+# ``first-last/length`` (length may be ``*``) or ``*/length``; no other whitespace
+# but the OWS around a field value (§5.5). ASCII: IGNORECASE must not match
+# 'ſ' (U+017F) for 's'.
+_CONTENT_RANGE = re.compile(
+    rf"[ \t]*bytes (?:{_POSITION}-{_POSITION}/(?:{_POSITION}|\*)|\*/{_POSITION})[ \t]*",
+    re.ASCII | re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContentRange:
+    """A ``Content-Range`` value, read (RFC 9110 §14.4)."""
+
+    range: ByteRange | None  # the bytes an answer carries; None for ``bytes */length``
+    size: int | None  # the object's length; None for ``*`` (unknown to the sender)
+
+
+def parse_content_range(value: str) -> ContentRange | None:
+    """What a ``Content-Range`` field value says, or ``None`` when it is not a valid
+    one: malformed, last-pos before first-pos, or last-pos at or past the length."""
+    match = _CONTENT_RANGE.fullmatch(value)
+    if match is None:
+        return None
+    first, last, size, unsatisfied_size = match.groups()
+    if unsatisfied_size is not None:
+        unsatisfied = int(unsatisfied_size)
+        return ContentRange(None, unsatisfied) if unsatisfied <= MAX_POSITION else None
+    start, last_pos = int(first), int(last)
+    length = None if size is None else int(size)
+    if length is not None and length > MAX_POSITION:
+        return None
+    # §14.4: invalid when last-pos < first-pos, or last-pos >= complete-length.
+    if not start <= last_pos < (MAX_POSITION if length is None else length):
+        return None
+    return ContentRange(ByteRange(start, last_pos + 1), length)
 
 
 def range_header(r: ByteRange) -> str:

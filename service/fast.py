@@ -34,9 +34,9 @@ from typing import Protocol, cast
 from aiohttp import web
 
 from protocol.conditional import http_date
-from protocol.headers import SERVER
+from protocol.headers import REQUEST_ID_HEADER, SERVER
 from protocol.http1 import (
-    MAX_HEAD_BYTES,
+    MAX_REQUEST_HEAD_BYTES,
     RequestHead,
     could_start_plain_read,
     parse_request_head,
@@ -307,7 +307,7 @@ class FastProtocol(asyncio.Protocol):
         close = "" if keep_alive else "Connection: close\r\n"
         return (
             f"Date: {_date_now()}\r\nServer: {SERVER}\r\n"
-            f"{logs.REQUEST_ID_HEADER}: {self.request_id}\r\n{close}\r\n"
+            f"{REQUEST_ID_HEADER}: {self.request_id}\r\n{close}\r\n"
         )
 
     async def drain(self) -> None:
@@ -403,7 +403,8 @@ class FastProtocol(asyncio.Protocol):
         while self._buf and self._transport is not None and not self._writing_paused:
             end = self._buf.find(b"\r\n\r\n")
             if end < 0:
-                if len(self._buf) > MAX_HEAD_BYTES or not could_start_plain_read(self._buf) \
+                if len(self._buf) > MAX_REQUEST_HEAD_BYTES \
+                        or not could_start_plain_read(self._buf) \
                         or self._buf.count(b"\n") != self._buf.count(b"\r\n"):
                     # Oversized, bare LFs, or not a read at all (garbage, a TLS hello):
                     # aiohttp's to judge, now rather than once a head would be complete.
@@ -417,7 +418,7 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_off()
                 return
             started = time.perf_counter()
-            incoming = head.headers.get(logs.REQUEST_ID_HEADER, "") or ""
+            incoming = head.headers.get(REQUEST_ID_HEADER, "") or ""
             self.request_id = incoming if logs.is_sane_id(incoming) else logs.new_request_id()
             token = logs.request_id.set(self.request_id)
             try:

@@ -20,10 +20,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from protocol.headers import SERVER
+from protocol.headers import CACHE_HEADER, REQUEST_ID_HEADER, SERVER
 from service.problem import Handler
 
-REQUEST_ID_HEADER = "X-Request-Id"
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 access_logger = logging.getLogger("hubspoke.access")
@@ -166,5 +165,5 @@ async def access_log_middleware(request: web.Request, handler: Handler) -> web.S
         log_access(
             rid, request.method, request.path, status, request.remote, started,
             response.body_length if response is not None else 0,
-            response.headers.get("X-Cache") if response is not None else None,
+            response.headers.get(CACHE_HEADER) if response is not None else None,
         )

@@ -37,7 +37,7 @@ from protocol.errors import BadPath
 from protocol.headers import PLAN_HEADER
 from protocol.multipart import BadMultipart, parse_byteranges
 from protocol.paths import validate_path, validate_prefix
-from protocol.ranges import MAX_RANGES, ByteRange
+from protocol.ranges import MAX_RANGES, ByteRange, parse_content_range
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -442,8 +442,8 @@ async def _range_body(
     if response.status == 200:
         # No Range sent, or a server that ignored it: the whole object, so slice.
         return body[offset:] if length < 0 else body[offset : offset + length]
-    start = _content_range_start(response.headers.get("Content-Range"))
-    if start != offset:
+    answered = parse_content_range(response.headers.get("Content-Range", ""))
+    if answered is None or answered.range is None or answered.range.start != offset:
         raise HubspokeError(
             f"{path!r}: asked for bytes from {offset}, got Content-Range "
             f"{response.headers.get('Content-Range')!r}",
@@ -471,9 +471,10 @@ async def _multi_range_parts(
             return parse_byteranges(response.headers["Content-Type"], body)
         except BadMultipart as exc:
             raise HubspokeError(f"{path!r}: {exc}", path=path, status=response.status) from None
-    start = _content_range_start(response.headers.get("Content-Range"))
-    if start is None:
-        raise HubspokeError(f"{path!r}: 206 without Content-Range", path=path, status=206)
+    answered = parse_content_range(response.headers.get("Content-Range", ""))
+    if answered is None or answered.range is None:
+        raise HubspokeError(f"{path!r}: 206 without a valid Content-Range", path=path, status=206)
+    start = answered.range.start
     return [(ByteRange(start, start + len(body)), body)]  # one range was satisfiable
 
 
@@ -485,17 +486,6 @@ def _cut(parts: list[tuple[ByteRange, bytes]], offset: int, length: int) -> byte
         if r.start <= offset < r.stop:
             return data[offset - r.start:min(offset + length, r.stop) - r.start]
     return b""  # the server dropped it as unsatisfiable: it starts past the end
-
-
-def _content_range_start(value: str | None) -> int | None:
-    """First byte position of ``Content-Range: bytes a-b/n``; ``None`` if it does not parse."""
-    if value is None:
-        return None
-    unit, _, rest = value.strip().partition(" ")
-    first, dash, _ = rest.partition("-")
-    if unit.lower() != "bytes" or not dash or not first.isdigit():
-        return None
-    return int(first)
 
 
 def _stat_from_headers(path: str, response: aiohttp.ClientResponse) -> ObjectStat:

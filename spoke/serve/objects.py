@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from protocol.headers import PLAN_HEADER
+from protocol.headers import CACHE_HEADER, PLAN_HEADER, STALE_HEADER
 from protocol.manifest import Manifest
 from protocol.media import content_type_for
 from protocol.multipart import BoundaryInData, BoundaryWatch, new_boundary
@@ -29,7 +29,7 @@ STALE_HEADERS = (
     # RFC 9111 §5.5 retired Warning, but caches and people still read it; the
     # second header is the machine-readable form.
     ("Warning", '110 hubspoke "Response is Stale"'),
-    ("X-Cache-Stale", "hub-unreachable"),
+    (STALE_HEADER, "hub-unreachable"),
 )
 
 
@@ -140,7 +140,7 @@ class ObjectReads:
         out = list(plan.headers)
         if plan.status == 304:
             out = [(k, v) for k, v in out if k != "Content-Length"]
-        out.append(("X-Cache", x_cache))
+        out.append((CACHE_HEADER, x_cache))
         if stale:
             out += STALE_HEADERS
         return Prepared(plan, x_cache, out, first_chunk, stale, primes)

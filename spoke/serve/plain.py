@@ -22,6 +22,7 @@ from itertools import takewhile
 from typing import Protocol
 
 from protocol.errors import ProtocolError
+from protocol.headers import CACHE_HEADER, REQUEST_ID_HEADER
 from protocol.http1 import RequestHead
 from protocol.manifest import Manifest
 from protocol.multipart import (
@@ -52,9 +53,12 @@ MAX_REMEMBERED_PATHS = 10_000
 # read plan, a token) and is the general path's.
 PLAIN_FIELDS = frozenset({
     "host", "range", "user-agent", "accept", "accept-encoding", "connection", "keep-alive",
-    "x-request-id",
+    REQUEST_ID_HEADER.lower(),
 })
 WRITE_BLOCK_BYTES = 1 << 20
+# A hit's X-Cache, as a field and as a head's line.
+_HIT_FIELD = (CACHE_HEADER, "HIT")
+_HIT_LINE = f"{CACHE_HEADER}: HIT\r\n"
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
 
 
@@ -218,7 +222,7 @@ class PlainReads:
             return None
         plan, body = read
         source.served(manifest, ranges)
-        conn.writelines([conn.head(206, [*plan.headers, ("X-Cache", "HIT")], head.keep_alive),
+        conn.writelines([conn.head(206, [*plan.headers, _HIT_FIELD], head.keep_alive),
                          *body])
         return Reply(206, plan.content_length, "HIT")
 
@@ -389,6 +393,6 @@ def _resident_slices(
 def _head_rest(conn: FastConnection, head: RequestHead, r: ByteRange, size: int) -> bytes:
     """A plain 206's head after its prefix: the range's numbers, X-Cache, the end."""
     return (
-        f"{r.start}-{r.stop - 1}/{size}\r\nContent-Length: {r.length}\r\nX-Cache: HIT\r\n"
+        f"{r.start}-{r.stop - 1}/{size}\r\nContent-Length: {r.length}\r\n{_HIT_LINE}"
         f"{conn.head_end(head.keep_alive)}"
     ).encode("latin-1")

@@ -24,10 +24,12 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
-from protocol.errors import BadPath, no_object
+from protocol.errors import BadPath, MalformedResponse, no_object
+from protocol.headers import REQUEST_ID_HEADER
+from protocol.http1 import MAX_RESPONSE_HEAD_BYTES, parse_response_head
 from protocol.manifest import Manifest, decode_manifest
-from protocol.ranges import ByteRange, range_header
-from service.logs import REQUEST_ID_HEADER, request_id
+from protocol.ranges import ByteRange, parse_content_range, range_header
+from service.logs import request_id
 from spoke.upstream.base import BodyTarget, HeadCheck
 from spoke.upstream.errors import (
     BadGateway,
@@ -48,8 +50,6 @@ READ_BUFFER_BYTES = 4 << 20
 
 Sink = Callable[[bytes], None]
 
-# A response head larger than this is refused (the hub's are a few hundred bytes).
-MAX_HEAD_BYTES = 64 << 10
 # Error bodies are read up to this much, for the message; beyond, the connection goes.
 MAX_ERROR_BODY_BYTES = 64 << 10
 # Idle chunk connections are closed after this long (servers drop them after ~75 s).
@@ -349,31 +349,20 @@ def _check_content_range(response: aiohttp.ClientResponse, r: ByteRange, path: s
     _check_range_value(response.headers.get("Content-Range", ""), r, path)
 
 
-def _content_range(value: str) -> tuple[int, int, int | None] | None:
-    """A ``Content-Range: bytes first-last/total`` as (start, stop, total or None for
-    ``*``), or None when it is not one."""
-    unit, _, spec = value.partition(" ")
-    first, _, rest = spec.partition("-")
-    last, _, total = rest.partition("/")
-    if unit != "bytes" or not first.isdigit() or not last.isdigit():
-        return None
-    return int(first), int(last) + 1, int(total) if total.isdigit() else None
-
-
 def _check_range_value(value: str, r: ByteRange, path: str) -> None:
-    answered = _content_range(value)
-    if answered is None or answered[:2] != (r.start, r.stop):
+    answered = parse_content_range(value)
+    if answered is None or answered.range != r:
         raise BadGateway(f"hub answered {value!r} for bytes {r.start}-{r.stop - 1} of {path}")
 
 
 def _answered_range(value: str, r: ByteRange, path: str) -> ByteRange:
     """The range a 206 carries for ``r`` asked of an object of unknown size: ``r``, or
     its start up to where the object ends."""
-    answered = _content_range(value)
-    if answered is not None:
-        start, stop, total = answered
-        if total is not None and start == r.start < stop == min(r.stop, total):
-            return ByteRange(start, stop)
+    answered = parse_content_range(value)
+    if answered is not None and answered.range is not None and answered.size is not None:
+        got = answered.range
+        if got.start == r.start < got.stop == min(r.stop, answered.size):
+            return got
     raise BadGateway(f"hub answered {value!r} for bytes {r.start}-{r.stop - 1} of {path}")
 
 
@@ -407,14 +396,14 @@ class _ChunkConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.reusable = False
         self.idle_since = self._loop.time()
-        self._head = bytearray(MAX_HEAD_BYTES)
+        self._head = bytearray(MAX_RESPONSE_HEAD_BYTES)
         self._head_len = 0
         self._phase = "idle"  # idle, head, body, error-body, done
         self._target: BodyTarget | None = None
         self._remaining = 0
         self._error_body = bytearray()
         self._status = 0
-        self._headers: dict[str, str] = {}
+        self._keep_alive = False
         self._got_bytes = False
         self._done: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -523,30 +512,19 @@ class _ChunkConnection(asyncio.BufferedProtocol):
         end = self._head.find(b"\r\n\r\n", 0, self._head_len)
         if end < 0:
             return  # get_buffer notices a head that fills the buffer
-        lines = bytes(self._head[:end]).decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        code = rest[:3]
-        if not version.startswith("HTTP/1.") or not code.isdigit():
-            self._fail(BadGateway(f"hub sent a malformed status line {lines[0][:80]!r}"))
+        try:
+            head = parse_response_head(memoryview(self._head)[:end])
+        except MalformedResponse as exc:
+            self._fail(BadGateway(f"hub sent {exc}"))
             return
-        self._status = int(code)
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep:
-                self._fail(BadGateway("hub sent a malformed response header"))
-                return
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f"{headers[key]}, {value}" if key in headers else value
-        self._headers = headers
-        length = headers.get("content-length", "")
-        if "transfer-encoding" in headers or not length.isdigit():
+        self._status, self._keep_alive = head.status, head.keep_alive
+        if head.content_length is None:  # chunked, or framed some other way
             self._fail(_NotForUs())
             return
+        headers = head.headers
         body = memoryview(self._head)[end + 4 : self._head_len]
         self._head_len = 0  # the head buffer is free again once ``body`` is taken
-        self._remaining = int(length)
+        self._remaining = head.content_length
         if self._status != 206:
             if self._status == 200:
                 self._fail(_NotForUs())  # a hub that ignored Range: aiohttp slices it
@@ -599,7 +577,7 @@ class _ChunkConnection(asyncio.BufferedProtocol):
         self._error_body += body[: self._remaining]
         self._remaining -= min(len(body), self._remaining)
         if self._remaining == 0:
-            keep = self._keep_alive()
+            keep = self._keep_alive
             self._fail(self._error())
             self.reusable = keep  # a complete error answer leaves the connection usable
             self._phase = "done" if keep else self._phase
@@ -609,12 +587,9 @@ class _ChunkConnection(asyncio.BufferedProtocol):
         return _status_error(self._status, detail if _wants_detail(self._status) else "",
                              self._path)
 
-    def _keep_alive(self) -> bool:
-        return "close" not in self._headers.get("connection", "").lower()
-
     def _finish(self) -> None:
         self._phase = "done"
-        self.reusable = self._keep_alive()
+        self.reusable = self._keep_alive
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
 

@@ -3,7 +3,6 @@ everything else it declines (None), for aiohttp to judge."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import pytest
@@ -14,34 +13,22 @@ from hypothesis import strategies as st
 from protocol.errors import MalformedRequest, ProtocolError, UnknownMethod, UnsupportedVersion
 from protocol.http1 import (
     MAX_FIELDS,
-    MAX_HEAD_BYTES,
+    MAX_REQUEST_HEAD_BYTES,
     MAX_REQUEST_LINE_BYTES,
     Headers,
     RequestScreen,
     could_start_plain_read,
     parse_request_head,
 )
+from tests.protocol.aiohttp_reference import first_message
 
 
 def aiohttp_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
     """What aiohttp's own (pure-Python) parser makes of ``head``; None if it refuses it."""
-
-    class Proto:
-        def set_response_params(self, *a: object, **k: object) -> None: ...
-
-    loop = asyncio.new_event_loop()
-    try:
-        parser = HttpRequestParserPy(Proto(), loop, 2**16, max_line_size=8190,  # type: ignore[arg-type]
-                                     max_field_size=8190)
-        try:
-            messages, _, _ = parser.feed_data(head + b"\r\n\r\n")
-        except Exception:
-            return None
-    finally:
-        loop.close()
-    if not messages:
+    msg = first_message(lambda proto, loop: HttpRequestParserPy(
+        proto, loop, 2**16, max_line_size=8190, max_field_size=8190), head)
+    if msg is None:
         return None
-    msg = messages[0][0]
     headers = {k.lower(): v for k, v in msg.headers.items()}
     return msg.method, msg.path, headers, not msg.should_close
 
@@ -144,7 +131,7 @@ class _RefHeaders(dict[str, str]):
 
 
 def reference_reads(head: bytes) -> tuple[str, str, dict[str, str], bool] | None:
-    if len(head) > MAX_HEAD_BYTES:
+    if len(head) > MAX_REQUEST_HEAD_BYTES:
         return None
     lines = head.split(b"\r\n")
     if len(lines) > MAX_FIELDS + 1 or len(lines[0]) > MAX_REQUEST_LINE_BYTES:
@@ -259,8 +246,8 @@ def _fill(size: int) -> bytes:
     b"GET /" + b"a" * (MAX_REQUEST_LINE_BYTES - 13) + b" HTTP/1.1\r\nHost: x",
     b"GET /a HTTP/1.1\r\nHost: x" + b"".join(b"\r\nX-%d: v" % i for i in range(MAX_FIELDS - 1)),
     b"GET /a HTTP/1.1\r\nHost: x" + b"".join(b"\r\nX-%d: v" % i for i in range(MAX_FIELDS)),
-    _fill(MAX_HEAD_BYTES),
-    _fill(MAX_HEAD_BYTES + 1),
+    _fill(MAX_REQUEST_HEAD_BYTES),
+    _fill(MAX_REQUEST_HEAD_BYTES + 1),
     b"GET /a HTTP/1.1\r\nHost: x\r\nX:" + b" " * 5000 + b"\x00",
     b"GET /a HTTP/1.1\r\nHost: x\r\nX: a" + b" \t" * 5000,
     b"GET /a HTTP/1.1\r\nHost: x\r\nX: a\r\r\nY: b",

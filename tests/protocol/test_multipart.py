@@ -66,11 +66,23 @@ def test_slice_parts_finds_bytes_inside_merged_parts() -> None:
         ("multipart/byteranges; boundary=x", b"--x\r\nContent-Type: a/b\r\n\r\n0123\r\n--x--"),
         ("multipart/byteranges; boundary=x", b"--x\r\nContent-Range: bytes 5-1/9\r\n\r\n\r\n--x--"),
         ("multipart/byteranges; boundary=x", b"--x\r\nContent-Range: bytes 0-1/9"),
+        # a part's Content-Range is read as strictly as any other (protocol.ranges)
+        ("multipart/byteranges; boundary=x",
+         b"--x\r\nContent-Range: bytes 0-1/1\r\n\r\n01\r\n--x--"),
+        ("multipart/byteranges; boundary=x",
+         b"--x\r\nContent-Range: bytes */9\r\n\r\n\r\n--x--"),
+        ("multipart/byteranges; boundary=x",
+         b"--x\r\nContent-Range: bytes 0 -1/9\r\n\r\n01\r\n--x--"),
     ],
 )
 def test_malformed_bodies_raise_bad_multipart(content_type: str, body: bytes) -> None:
     with pytest.raises(BadMultipart):
         parse_byteranges(content_type, body)
+
+
+def test_a_part_range_of_unknown_length_is_read() -> None:
+    body = b"--x\r\nContent-Range: bytes 2-3/*\r\n\r\n23\r\n--x--"
+    assert parse_byteranges("multipart/byteranges; boundary=x", body) == [(ByteRange(2, 4), b"23")]
 
 
 B = "0123456789abcdef01234567"

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol.errors import ProtocolError, RangeNotSatisfiable, TooManyRanges
 from protocol.ranges import (
+    MAX_POSITION,
     MAX_RANGE_HEADER_BYTES,
     MAX_RANGES,
     ByteRange,
+    ContentRange,
     content_range,
     first_byte_wanted,
+    parse_content_range,
     parse_range,
     range_header,
     unsatisfied_content_range,
@@ -234,3 +239,102 @@ def test_first_byte_wanted_is_known_without_the_size_or_not_at_all(
     header: str | None, first: int | None
 ) -> None:
     assert first_byte_wanted(header) == first
+
+
+BIG = MAX_POSITION  # the largest length an object may have
+
+# (Content-Range value, expected): expected is ((start, stop) or None for ``*/``,
+# length or None for ``*``), or None when the value is not a valid Content-Range.
+CONTENT_RANGE_CASES: list[tuple[str, tuple[tuple[int, int] | None, int | None] | None]] = [
+    # valid: RFC 9110 §14.4's three shapes
+    ("bytes 0-9/10", ((0, 10), 10)),
+    ("bytes 0-0/1", ((0, 1), 1)),
+    ("bytes 9-9/10", ((9, 10), 10)),
+    ("bytes 4-7/1099511627776", ((4, 8), 1 << 40)),
+    ("bytes 0-9/*", ((0, 10), None)),
+    ("bytes */10", (None, 10)),
+    ("bytes */0", (None, 0)),
+    ("bytes 0005-0007/0010", ((5, 8), 10)),
+    ("BYTES 0-9/10", ((0, 10), 10)),  # §14.1: range units are case-insensitive
+    ("Bytes */10", (None, 10)),
+    # malformed
+    ("", None),
+    ("bytes", None),
+    ("bytes ", None),
+    ("bytes 0-9", None),
+    ("bytes 0-9/", None),
+    ("bytes 0-/10", None),
+    ("bytes -9/10", None),
+    ("bytes 0/10", None),
+    ("bytes=0-9/10", None),
+    ("bytes0-9/10", None),
+    ("items 0-9/10", None),
+    ("byteſ 0-9/10", None),  # U+017F folds to 's' under a Unicode IGNORECASE
+    ("bytes */*", None),
+    ("bytes */", None),
+    ("bytes *", None),
+    ("bytes 0-9/10, bytes 20-29/30", None),
+    ("bytes 0-9/10/11", None),
+    ("bytes 0x1-9/10", None),
+    ("bytes +1-9/10", None),
+    ("bytes -1-9/10", None),
+    ("bytes 1.0-9/10", None),
+    ("bytes ²-9/10", None),  # str.isdigit() says yes; int() says no
+    ("bytes ٣-9/10", None),  # an Arabic-Indic three
+    ("bytes 0-9/１０", None),  # full-width digits
+    # whitespace: OWS around the value only (§5.5), one SP after the unit
+    (" bytes 0-9/10", ((0, 10), 10)),
+    ("bytes 0-9/10 \t", ((0, 10), 10)),
+    ("bytes  0-9/10", None),
+    ("bytes\t0-9/10", None),
+    ("bytes 0 -9/10", None),
+    ("bytes 0- 9/10", None),
+    ("bytes 0-9 /10", None),
+    ("bytes 0-9/ 10", None),
+    ("bytes * /10", None),
+    ("bytes 0-9/10\r\n", None),
+    ("bytes 0-9/10\n", None),
+    ("\x0bbytes 0-9/10", None),
+    ("bytes 0-9/10\xa0", None),
+    # first > last
+    ("bytes 9-0/10", None),
+    ("bytes 1-0/*", None),
+    # last >= length
+    ("bytes 0-10/10", None),
+    ("bytes 0-9/9", None),
+    ("bytes 0-0/0", None),
+    ("bytes 10-10/10", None),
+    # overflow: positions past any file offset, and past int()'s digit limit
+    (f"bytes 0-{BIG - 1}/{BIG}", ((0, BIG), BIG)),
+    (f"bytes {BIG - 1}-{BIG - 1}/*", ((BIG - 1, BIG), None)),
+    (f"bytes */{BIG}", (None, BIG)),
+    (f"bytes 0-{BIG}/*", None),
+    (f"bytes 0-9/{BIG + 1}", None),
+    (f"bytes */{BIG + 1}", None),
+    ("bytes 0-9/" + "9" * 20, None),
+    ("bytes 0-" + "9" * 5000 + "/*", None),
+    ("bytes " + "1" * 5000 + "-1/2", None),
+    ("bytes */" + "9" * 5000, None),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), CONTENT_RANGE_CASES)
+def test_parse_content_range(
+    value: str, expected: tuple[tuple[int, int] | None, int | None] | None
+) -> None:
+    parsed = parse_content_range(value)
+    if expected is None:
+        assert parsed is None
+        return
+    span, size = expected
+    assert parsed == ContentRange(None if span is None else ByteRange(*span), size)
+
+
+@given(start=st.integers(0, BIG - 1), length=st.integers(1, BIG), extra=st.integers(0, BIG))
+def test_parse_content_range_reads_what_content_range_writes(
+    start: int, length: int, extra: int
+) -> None:
+    r = ByteRange(start, min(start + length, BIG))
+    size = min(r.stop + extra, BIG)
+    assert parse_content_range(content_range(r, size)) == ContentRange(r, size)
+    assert parse_content_range(unsatisfied_content_range(size)) == ContentRange(None, size)
