@@ -18,7 +18,7 @@ from protocol.media import content_type_for
 from protocol.paths import validate_path, validate_prefix
 
 
-class ObjectNotFound(ProtocolError):
+class NoSuchObject(ProtocolError):
     status_hint = 404
     title = "Not Found"
 
@@ -114,7 +114,7 @@ class FilesystemBackend:
         try:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except OSError:  # missing, a name too long: no object either way
-            raise ObjectNotFound(no_object(path)) from None
+            raise NoSuchObject(no_object(path)) from None
         finally:
             os.close(parent)
         return self._info(path, st)  # a symlink is not a regular file: no object
@@ -126,7 +126,7 @@ class FilesystemBackend:
             # otherwise block until a writer appears.
             fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
         except OSError:  # missing, a directory, a symlink: no object either way
-            raise ObjectNotFound(no_object(path)) from None
+            raise NoSuchObject(no_object(path)) from None
         finally:
             os.close(parent)
         try:
@@ -143,7 +143,7 @@ class FilesystemBackend:
         try:
             return self._directory(directories), name
         except OSError:  # missing, not a directory, a symlink: no object below it
-            raise ObjectNotFound(f"no object {path!r}") from None
+            raise NoSuchObject(f"no object {path!r}") from None
 
     def _directory(self, segments: list[str]) -> int:
         """An open descriptor of the directory ``segments`` below the root.
@@ -202,5 +202,5 @@ class FilesystemBackend:
     @staticmethod
     def _info(path: str, st: os.stat_result) -> ObjectInfo:
         if not stat.S_ISREG(st.st_mode):
-            raise ObjectNotFound(no_object(path))
+            raise NoSuchObject(no_object(path))
         return ObjectInfo(path, st.st_size, etag_for(st), st.st_mtime_ns)

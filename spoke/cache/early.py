@@ -24,7 +24,7 @@ from protocol.manifest import Manifest
 from protocol.ranges import ByteRange, first_byte_wanted
 from spoke.cache.counters import SpokeStats
 from spoke.cache.flight import BufferPool, Filling
-from spoke.upstream.errors import VersionChanged
+from spoke.upstream.errors import StaleVersion
 
 # An early fetch no read took on (the read was a hit after all, or went away) is
 # dropped this long after it ended; a reader worker's read reaches the owner later.
@@ -55,7 +55,7 @@ class EarlyFetch:
     def on_head(self, etag: str, got: ByteRange) -> None:
         """The answer's version and range, before its body (``HeadCheck``)."""
         if self.wanted is not None and (etag, got.length) != self.wanted:
-            raise VersionChanged(f"{self.path} changed at the hub")
+            raise StaleVersion(f"{self.path} changed at the hub")
         if got.length != self.fill.length:
             self.fill.shorten(got.length)  # the object ends inside the chunk
         self.etag = etag

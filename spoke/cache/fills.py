@@ -34,7 +34,7 @@ from spoke.cache.manifests import Manifests
 from spoke.cache.resident import Resident, covers
 from spoke.cache.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.upstream.base import HeadCheck, Upstream
-from spoke.upstream.errors import ChunkCorrupt, HubError, HubUnavailable, VersionChanged
+from spoke.upstream.errors import ChunkCorrupt, HubError, HubUnavailable, StaleVersion
 from spoke.upstream.resilience import CLOSED, ResilientCalls
 
 # Hashing a chunk this large on the event loop would stall other requests; xxh3 hashes
@@ -287,7 +287,7 @@ class Fills:
 
         try:
             await self.calls.call(attempt)
-        except VersionChanged:
+        except StaleVersion:
             self.stats.fill_failures += 1
             self.manifests.invalidate(key.path)
             raise

@@ -23,7 +23,7 @@ from spoke.cache.flight import SingleFlight
 from spoke.cache.index_thread import IndexThread
 from spoke.cache.ttlmap import TTLMap
 from spoke.upstream.base import Upstream
-from spoke.upstream.errors import HubError, HubTimeout, HubUnavailable, ObjectNotFound
+from spoke.upstream.errors import GoneAtHub, HubError, HubTimeout, HubUnavailable
 from spoke.upstream.resilience import ResilientCalls
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class Manifests:
 
         try:
             manifest, body = await self.calls.call(attempt)
-        except ObjectNotFound:
+        except GoneAtHub:
             # Deleted upstream: stop serving it, and delete what we hold of it.
             self.invalidate(path)
             self._known.pop(path, None)

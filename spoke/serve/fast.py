@@ -38,7 +38,7 @@ from spoke.serve.plain import (
     send_file_range,
     sendfile_worthy,
 )
-from spoke.upstream.errors import VersionChanged
+from spoke.upstream.errors import StaleVersion
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class FastObjectReads:
         try:
             try:
                 reply = await _serve(reads, conn, head, path, tenant, prepared, manifest)
-            except VersionChanged:
+            except StaleVersion:
                 # Changed between our metadata and the first chunk: answer the new
                 # version from the start rather than splicing two.
                 reads.cache.invalidate(path)

@@ -28,7 +28,7 @@ from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.serve.objects import ObjectReads, boundary_watch, watched
 from spoke.serve.stats import stats_snapshot
-from spoke.upstream.errors import VersionChanged
+from spoke.upstream.errors import StaleVersion
 
 
 class ReaderWorkers(Protocol):
@@ -64,7 +64,7 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     early = request.app[READS].fetch_early(request.method, request.headers, path)
     try:
         return await _serve(request, path, *await cache.manifest(path))
-    except VersionChanged:
+    except StaleVersion:
         # The object changed between our metadata and the first chunk: answer the
         # new version from the start rather than splicing two.
         cache.invalidate(path)

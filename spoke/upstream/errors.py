@@ -46,7 +46,7 @@ class ChunkCorrupt(HubError):
     title = "Chunk failed verification"
 
 
-class VersionChanged(HubError):
+class StaleVersion(HubError):
     """The object changed at the hub while we were reading the version we planned on."""
 
     retryable = False
@@ -67,7 +67,9 @@ class ObjectChanging(HubError):
     retry_after_s: float | None = 1.0
 
 
-class ObjectNotFound(HubError):
+class GoneAtHub(HubError):
+    """The hub has no such object (its 404): not retried, and the loader is told so."""
+
     retryable = False
     status_hint = 404
     title = "Not Found"

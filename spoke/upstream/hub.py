@@ -33,12 +33,12 @@ from service.logs import request_id
 from spoke.upstream.base import BodyTarget, HeadCheck
 from spoke.upstream.errors import (
     BadGateway,
+    GoneAtHub,
     HubRefused,
     HubTimeout,
     HubUnavailable,
     ObjectChanging,
-    ObjectNotFound,
-    VersionChanged,
+    StaleVersion,
 )
 
 logger = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ class HubClient:
         async with self._get(self._url("objects", path), headers) as response:
             await _expect(response, (200, 206), path)
             if response.headers.get("ETag") != etag:
-                raise VersionChanged(f"{path} changed at the hub")
+                raise StaleVersion(f"{path} changed at the hub")
             skip = r.start if response.status == 200 else 0
             if response.status == 206:
                 _check_content_range(response, r, path)
@@ -325,9 +325,9 @@ def _wants_detail(status: int) -> bool:
 def _status_error(status: int, detail: str, path: str) -> Exception:
     """What a hub's error status means for the loader (``detail``: the body's start)."""
     if status == 404:
-        return ObjectNotFound(no_object(path))
+        return GoneAtHub(no_object(path))
     if status == 412:
-        return VersionChanged(f"{path} changed at the hub")
+        return StaleVersion(f"{path} changed at the hub")
     if status == 409:
         return ObjectChanging(f"{path} changed at the hub while it was hashed: {detail}")
     if status == 400:
@@ -548,7 +548,7 @@ class _ChunkConnection(asyncio.BufferedProtocol):
                     self._on_head(etag, got)
             else:
                 if headers.get("etag") != self._etag:
-                    raise VersionChanged(f"{self._path} changed at the hub")
+                    raise StaleVersion(f"{self._path} changed at the hub")
                 _check_range_value(headers.get("content-range", ""), got, self._path)
             if self._remaining != got.length:
                 raise BadGateway(f"hub sent {self._remaining} bytes of {self._path} for a "

@@ -9,7 +9,7 @@ from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
 from spoke.cache.early import EarlyFetch
 from spoke.cache.flight import Filling
-from spoke.upstream.errors import VersionChanged
+from spoke.upstream.errors import StaleVersion
 
 CHUNK = 1000
 
@@ -50,7 +50,7 @@ def test_once_the_answer_said_its_version_only_that_versions_manifest_takes_it()
 def test_taken_on_before_the_answer_it_refuses_another_version_before_any_byte() -> None:
     early = early_at(0)
     early.take_on(manifest(5 * CHUNK), ByteRange(0, CHUNK))
-    with pytest.raises(VersionChanged):
+    with pytest.raises(StaleVersion):
         early.on_head('"v2"', ByteRange(0, CHUNK))
     assert early.fill.received == 0
 
@@ -63,7 +63,7 @@ def test_a_chunk_shorter_than_asked_for_shrinks_the_fill_before_its_bytes() -> N
     answered = early_at(0)
     answered.on_head('"v1"', ByteRange(0, 300))
     assert (answered.fill.length, len(answered.fill.space())) == (300, 300)
-    with pytest.raises(VersionChanged):  # the manifest wants 300 bytes, not 200
+    with pytest.raises(StaleVersion):  # the manifest wants 300 bytes, not 200
         early = early_at(0)
         early.take_on(manifest(300), ByteRange(0, 300))
         early.on_head('"v1"', ByteRange(0, 200))

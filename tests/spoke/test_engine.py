@@ -22,7 +22,7 @@ from spoke.cache.index import ChunkIndex
 from spoke.cache.store import ChunkStore
 from spoke.policy import make_policy
 from spoke.upstream.base import BodyTarget, HeadCheck
-from spoke.upstream.errors import ChunkCorrupt, HubUnavailable, ObjectNotFound
+from spoke.upstream.errors import ChunkCorrupt, GoneAtHub, HubUnavailable
 from spoke.upstream.resilience import RetryPolicy
 from tests.support.clock import FakeClock
 
@@ -57,7 +57,7 @@ class FakeUpstream:
         if self.down:
             raise HubUnavailable("the fake hub is down")
         if path not in self.objects:
-            raise ObjectNotFound(path)
+            raise GoneAtHub(path)
         manifest = self.manifest_of(path)
         return manifest, encode_manifest(manifest)
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from protocol.ranges import ByteRange
-from spoke.upstream.errors import BadGateway, ObjectNotFound
+from spoke.upstream.errors import BadGateway, GoneAtHub
 from spoke.upstream.hub import HubClient
 
 DATA = bytes(range(10))
@@ -127,7 +127,7 @@ async def test_a_complete_error_answer_leaves_the_connection_usable(
     hub, client = stand_in
     hub.answers = [answer("HTTP/1.1 404 Not Found", "Content-Length: 9", body=b"not found"),
                    chunk(R)]
-    with pytest.raises(ObjectNotFound):
+    with pytest.raises(GoneAtHub):
         await fetch(client, R)
     assert await fetch(client, R) == DATA[2:6]
     assert hub.connections == 1

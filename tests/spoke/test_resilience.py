@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from spoke.upstream.errors import BadGateway, HubRefused, HubTimeout, HubUnavailable, ObjectNotFound
+from spoke.upstream.errors import BadGateway, GoneAtHub, HubRefused, HubTimeout, HubUnavailable
 from spoke.upstream.resilience import (
     CLOSED,
     HALF_OPEN,
@@ -65,7 +65,7 @@ async def test_transient_errors_are_retried(error: Exception) -> None:
     assert counters.timeouts == (2 if isinstance(error, HubTimeout) else 0)
 
 
-@pytest.mark.parametrize("error", [ObjectNotFound("gone"), HubRefused("400")])
+@pytest.mark.parametrize("error", [GoneAtHub("gone"), HubRefused("400")])
 async def test_permanent_errors_are_not_retried(error: Exception) -> None:
     clock = FakeClock()
     fetcher = Fetcher(error)
@@ -162,6 +162,6 @@ async def test_open_breaker_stops_retries_at_once() -> None:
 async def test_answers_from_the_hub_do_not_open_the_breaker() -> None:
     clock = FakeClock()
     breaker = CircuitBreaker(failure_threshold=1, clock=clock)
-    with pytest.raises(ObjectNotFound):
-        await run(Fetcher(ObjectNotFound("gone")), clock, breaker=breaker)
+    with pytest.raises(GoneAtHub):
+        await run(Fetcher(GoneAtHub("gone")), clock, breaker=breaker)
     assert breaker.state == CLOSED
