@@ -518,44 +518,50 @@ class _ChunkConnection(asyncio.BufferedProtocol):
             self._fail(BadGateway(f"hub sent {exc}"))
             return
         self._status, self._keep_alive = head.status, head.keep_alive
-        if head.content_length is None:  # chunked, or framed some other way
+        if head.content_length is None or self._status == 200:
+            # Chunked or framed some other way, or a hub that ignored Range: aiohttp's.
             self._fail(_NotForUs())
             return
-        headers = head.headers
         body = memoryview(self._head)[end + 4 : self._head_len]
         self._head_len = 0  # the head buffer is free again once ``body`` is taken
         self._remaining = head.content_length
         if self._status != 206:
-            if self._status == 200:
-                self._fail(_NotForUs())  # a hub that ignored Range: aiohttp slices it
-                return
-            self._phase = "error-body"
-            self._head_len = 0
-            self._error_body = bytearray()
-            if self._remaining > MAX_ERROR_BODY_BYTES:
-                self._fail(self._error())
-                return
-            self._take_error_body(body)
+            self._start_error_body(body)
             return
         try:
-            got = self._range
-            if self._etag is None:  # any version: the answer says which, and where it ends
-                etag = headers.get("etag")
-                if not etag:
-                    raise BadGateway(f"hub sent no ETag for {self._path}")
-                got = _answered_range(headers.get("content-range", ""), got, self._path)
-                if self._on_head is not None:
-                    self._on_head(etag, got)
-            else:
-                if headers.get("etag") != self._etag:
-                    raise StaleVersion(f"{self._path} changed at the hub")
-                _check_range_value(headers.get("content-range", ""), got, self._path)
-            if self._remaining != got.length:
-                raise BadGateway(f"hub sent {self._remaining} bytes of {self._path} for a "
-                                 f"{got.length}-byte range")
+            self._check_chunk_head(head.headers)
         except Exception as exc:
             self._fail(exc)
             return
+        self._start_body(body)
+
+    def _check_chunk_head(self, headers: dict[str, str]) -> None:
+        """A 206 is for the version and the bytes asked for, or the fetch fails."""
+        got = self._range
+        if self._etag is None:  # any version: the answer says which, and where it ends
+            etag = headers.get("etag")
+            if not etag:
+                raise BadGateway(f"hub sent no ETag for {self._path}")
+            got = _answered_range(headers.get("content-range", ""), got, self._path)
+            if self._on_head is not None:
+                self._on_head(etag, got)
+        else:
+            if headers.get("etag") != self._etag:
+                raise StaleVersion(f"{self._path} changed at the hub")
+            _check_range_value(headers.get("content-range", ""), got, self._path)
+        if self._remaining != got.length:
+            raise BadGateway(f"hub sent {self._remaining} bytes of {self._path} for a "
+                             f"{got.length}-byte range")
+
+    def _start_error_body(self, body: memoryview) -> None:
+        self._phase = "error-body"
+        self._error_body = bytearray()
+        if self._remaining > MAX_ERROR_BODY_BYTES:
+            self._fail(self._error())
+            return
+        self._take_error_body(body)
+
+    def _start_body(self, body: memoryview) -> None:
         self._phase = "body"
         if len(body) > self._remaining:
             self._fail(BadGateway("hub sent more than its Content-Length"))
