@@ -115,16 +115,6 @@ def assert_refused(response: RawResponse, method: str = "GET") -> None:
     assert isinstance(problem["detail"], str) and problem["detail"]
 
 
-@pytest.fixture(params=["hub", "spoke"])
-async def server(
-    request: pytest.FixtureRequest, hub: RunningServer, make_spoke: SpokeFactory
-) -> RunningServer:
-    """The hub, or a spoke in front of it: every test here runs against both."""
-    if request.param == "hub":
-        return hub
-    return await make_spoke()
-
-
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     """A directory next to (not inside) the hub's root, holding a secret file."""

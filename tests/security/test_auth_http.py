@@ -18,7 +18,8 @@ from hub.config import HubConfig
 from service import auth
 from tests.conftest import CHUNK, FILES
 from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call, problem, write_secret
-from tests.support.servers import RunningServer, settled_stats, start_hub
+from tests.support.servers import RunningServer, start_hub
+from tests.support.waits import settled_stats
 
 CHALLENGE = 'Bearer realm="hubspoke"'
 

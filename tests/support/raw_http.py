@@ -49,6 +49,35 @@ async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> RawA
     return RawAnswer(status, headers, bytes(body), len(body) == length)
 
 
+async def connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection to ``url`` (``http://host:port``)."""
+    host, port = url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """The next answer on ``reader``, which must come whole: a cut raises
+    (``IncompleteReadError``), where :func:`read_answer` reports it."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
+    length = int(headers.get("content-length", "0"))
+    body = await asyncio.wait_for(reader.readexactly(length), READ_TIMEOUT_S)
+    return status, headers, body
+
+
+async def exchange(url: str, *requests: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Send ``requests`` pipelined on one new connection to ``url``; their whole
+    answers, in order."""
+    reader, writer = await connect(url)
+    writer.write(b"".join(requests))
+    try:
+        return [await read_response(reader) for _ in requests]
+    finally:
+        writer.close()
+
+
 async def raw_get(
     url: str, target: str, *fields: str, through_aiohttp: bool = False
 ) -> RawAnswer:
@@ -58,8 +87,7 @@ async def raw_get(
     at its first request that is not a read (here ``/healthz``), so the read that
     follows on it is answered by the aiohttp handler instead.
     """
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    reader, writer = await connect(url)
     try:
         if through_aiohttp:
             writer.write(request("/healthz"))
