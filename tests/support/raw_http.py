@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import NamedTuple
 
 READ_TIMEOUT_S = 15.0
 
@@ -27,7 +28,7 @@ class RawAnswer:
 
 def request(target: str, *fields: str, method: str = "GET") -> bytes:
     lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", *fields]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> RawAnswer:
@@ -76,6 +77,32 @@ async def exchange(url: str, *requests: bytes) -> list[tuple[int, dict[str, str]
         return [await read_response(reader) for _ in requests]
     finally:
         writer.close()
+
+
+class RawResponse(NamedTuple):
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes  # all that came before the server closed
+
+
+async def raw_request(url: str, target: str, *fields: str, method: str = "GET") -> RawResponse:
+    """Send ``target`` byte for byte as the request-target (no client-side
+    normalisation) on a new connection to ``url``; read until the server closes."""
+    reader, writer = await connect(url)
+    try:
+        writer.write(request(target, *fields, "Connection: close", method=method))
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), timeout=10)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return RawResponse(int(status_line.split()[1]), headers, body)
 
 
 async def raw_get(
