@@ -6,19 +6,10 @@ import random
 from pathlib import Path
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from spoke.client.clients import AsyncClient
+from tests.support.http import metric
 from tests.support.servers import RunningServer
-
-
-async def hub_requests(http: aiohttp.ClientSession, hub: RunningServer) -> float:
-    async with http.get(f"{hub.url}/metrics") as resp:
-        text = await resp.text()
-    for family in text_string_to_metric_families(text):
-        if family.name == "hub_requests":
-            return family.samples[0].value
-    raise AssertionError("no hub_requests_total")
 
 
 async def test_a_batch_is_one_request_and_byte_exact(
@@ -32,9 +23,9 @@ async def test_a_batch_is_one_request_and_byte_exact(
     ranges += [(len(data) - 5, 100), (len(data) + 10, 7), (0, 0)]  # tail, past the end, empty
     for server in (hub, spoke):
         async with AsyncClient(server.url) as client:
-            before = await hub_requests(http, hub)
+            before = await metric(http, hub.url, "hub_requests_total")
             got = await client.read_many("ds/big.bin", ranges)
-            after = await hub_requests(http, hub)
+            after = await metric(http, hub.url, "hub_requests_total")
         assert got == [data[o:o + n] for o, n in ranges]
         if server is hub:
             # 303 ranges: two requests of at most 256 ranges, plus the metrics scrape.

@@ -21,16 +21,11 @@ import pytest
 
 from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import settled_stats
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 CAPACITY = 8 * CHUNK
 OBJECTS = ("ds/big.bin", "ds/partial.bin", "ds/exact.bin")
-
-
-async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    """/stats once the chunks read so far are stored."""
-    return await settled_stats(http, spoke_url)
 
 
 def bytes_on_disk(cache_dir: Path) -> tuple[int, int]:
@@ -117,14 +112,14 @@ async def test_bytes_on_disk_never_exceed_capacity(
         batch = reads[i : i + rng.choice((1, 1, 2, 3))]  # mostly one at a time, some together
         i += len(batch)
         await asyncio.gather(*(check_read(*r) for r in batch))
-        stats = await spoke_stats(http, spoke.url)
+        stats = await settled_stats(http, spoke.url)
         on_disk, n_files = bytes_on_disk(cache_dir)
         assert stats["used_bytes"] <= CAPACITY
         assert on_disk <= CAPACITY
         # Quiescent: the accounting and the directory agree exactly.
         assert (on_disk, n_files) == (stats["used_bytes"], stats["cached_chunks"])
 
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["policy"], stats["capacity_bytes"]) == (policy, CAPACITY)
     assert stats["evictions"] > 0
     assert stats["hits"] > 0

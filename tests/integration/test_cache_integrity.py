@@ -19,41 +19,22 @@ from typing import Any
 
 import aiohttp
 import pytest
-from multidict import CIMultiDict
-from prometheus_client.parser import text_string_to_metric_families
 
 from spoke.config import SpokeConfig
 from tests.conftest import CHUNK
-from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_spoke
+from tests.support.cache_dir import chunk_files
+from tests.support.http import fetch, metric, metric_samples
+from tests.support.servers import GatedBackend, RunningServer, start_spoke
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 PROBLEM = "application/problem+json"
 REPO = Path(__file__).resolve().parents[2]
 
 
-async def hub_bytes_sent(http: aiohttp.ClientSession, hub_url: str) -> float:
-    async with http.get(f"{hub_url}/metrics") as resp:
-        text = await resp.text()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "hub_bytes_sent_total":
-                return s.value
-    raise AssertionError("hub_bytes_sent_total missing from the hub's /metrics")
-
-
-async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    """/stats once the chunks read so far are stored."""
-    return await settled_stats(http, spoke_url)
-
-
-def chunk_files(cache_dir: Path) -> dict[str, Path]:
-    """Chunk file name → path, for every file under ``cache_dir/chunks``."""
-    return {p.name: p for p in (cache_dir / "chunks").glob("*/*") if p.is_file()}
-
-
 def chunk_file_of(cache_dir: Path, index: int) -> Path:
     """The one chunk file for chunk ``index`` (names end in ``-<index>``)."""
-    found = [p for name, p in chunk_files(cache_dir).items() if name.endswith(f"-{index}")]
+    found = [p for p in chunk_files(cache_dir) if p.name.endswith(f"-{index}")]
     assert len(found) == 1, found
     return found[0]
 
@@ -94,11 +75,6 @@ async def spokes(hub: RunningServer, tmp_path: Path) -> AsyncIterator[Spokes]:
         await spokes.stop(server)
 
 
-async def read(http: aiohttp.ClientSession, url: str) -> tuple[int, CIMultiDict[str], bytes]:
-    async with http.get(url) as resp:
-        return resp.status, resp.headers.copy(), await resp.read()
-
-
 def run_verify(cache_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "spoke", "verify", "--cache-dir", str(cache_dir)],
@@ -125,21 +101,21 @@ async def test_wrong_bytes_from_the_hub_are_refused_and_never_cached(
         assert problem["status"] == 502
         assert "verification" in problem["title"]
 
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     # Two fills failed; every attempt of each (retries included) failed verification.
     assert stats["fill_failures"] == 2
     assert stats["verify_failures"] == stats["hub_fetches"] == 2 + stats["hub_retries"]
     verify_failures = stats["verify_failures"]
     assert (stats["used_bytes"], stats["cached_chunks"]) == (0, 0)
     cache_dir = tmp_path / "cache"
-    assert chunk_files(cache_dir) == {}
+    assert chunk_files(cache_dir) == []
     assert os.listdir(cache_dir / "tmp") == []
 
     gated.corrupt = False
     for expected in ("MISS", "HIT"):
-        status, headers, body = await read(http, url)
+        status, headers, body = await fetch(http, url)
         assert (status, headers["X-Cache"], body) == (200, expected, data)
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["used_bytes"], stats["verify_failures"]) == (len(data), verify_failures)
     assert len(chunk_files(cache_dir)) == 4
 
@@ -150,7 +126,7 @@ async def test_verify_command_drops_a_rotten_chunk_which_is_then_refetched_alone
     path, data = "ds/partial.bin", dataset[1]["ds/partial.bin"]  # 5 full chunks + 123 bytes
     cache_dir = Path(spokes.config.cache_dir)
     first = await spokes.start()
-    status, headers, body = await read(http, f"{first.url}/objects/{path}")
+    status, headers, body = await fetch(http, f"{first.url}/objects/{path}")
     assert (status, headers["X-Cache"], body) == (200, "MISS", data)
     await spokes.stop(first)
 
@@ -166,13 +142,13 @@ async def test_verify_command_drops_a_rotten_chunk_which_is_then_refetched_alone
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == {"checked": 5, "bad": 0, "missing": 0}
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start()
-    assert (await spoke_stats(http, second.url))["used_bytes"] == len(data) - CHUNK
-    status, headers, body = await read(http, f"{second.url}/objects/{path}")
+    assert (await settled_stats(http, second.url))["used_bytes"] == len(data) - CHUNK
+    status, headers, body = await fetch(http, f"{second.url}/objects/{path}")
     assert (status, headers["X-Cache"], body) == (200, "PARTIAL", data)
-    assert await hub_bytes_sent(http, hub.url) - sent_before == CHUNK
-    stats = await spoke_stats(http, second.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == CHUNK
+    stats = await settled_stats(http, second.url)
     assert (stats["hits"], stats["misses"], stats["hub_fetches"]) == (5, 1, 1)
     assert stats["used_bytes"] == len(data)
 
@@ -183,21 +159,21 @@ async def test_verify_on_start_drops_a_rotten_chunk_before_serving(
     path, data = "ds/partial.bin", dataset[1]["ds/partial.bin"]
     cache_dir = Path(spokes.config.cache_dir)
     first = await spokes.start()
-    assert (await read(http, f"{first.url}/objects/{path}"))[2] == data
+    assert (await fetch(http, f"{first.url}/objects/{path}"))[2] == data
     await spokes.stop(first)
 
     rotten = chunk_file_of(cache_dir, 5)  # the short last chunk: 123 bytes
     assert rotten.stat().st_size == 123
     flip_bytes(rotten, 50)
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start(verify_on_start=True)
     assert not rotten.exists()
-    assert (await spoke_stats(http, second.url))["used_bytes"] == len(data) - 123
-    status, headers, body = await read(http, f"{second.url}/objects/{path}")
+    assert (await settled_stats(http, second.url))["used_bytes"] == len(data) - 123
+    status, headers, body = await fetch(http, f"{second.url}/objects/{path}")
     assert (status, headers["X-Cache"], body) == (200, "PARTIAL", data)
-    assert await hub_bytes_sent(http, hub.url) - sent_before == 123
-    stats = await spoke_stats(http, second.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 123
+    stats = await settled_stats(http, second.url)
     assert (stats["hits"], stats["misses"], stats["hub_fetches"]) == (5, 1, 1)
 
 
@@ -206,26 +182,16 @@ async def test_without_rot_verify_on_start_keeps_everything(
 ) -> None:
     path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
     first = await spokes.start()
-    assert (await read(http, f"{first.url}/objects/{path}"))[2] == data
+    assert (await fetch(http, f"{first.url}/objects/{path}"))[2] == data
     await spokes.stop(first)
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start(verify_on_start=True)
-    status, headers, body = await read(http, f"{second.url}/objects/{path}")
+    status, headers, body = await fetch(http, f"{second.url}/objects/{path}")
     assert (status, headers["X-Cache"], body) == (200, "HIT", data)
-    assert await hub_bytes_sent(http, hub.url) == sent_before
-    stats = await spoke_stats(http, second.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") == sent_before
+    stats = await settled_stats(http, second.url)
     assert (stats["hits"], stats["misses"], stats["used_bytes"]) == (41, 0, len(data))
-
-
-async def metric_samples(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, float]:
-    """Every /metrics sample, by name and labels (``name{label="value"}``)."""
-    async with http.get(f"{spoke_url}/metrics") as resp:
-        text = await resp.text()
-    return {
-        s.name + "".join(f'{{{k}="{v}"}}' for k, v in sorted(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
-    }
 
 
 async def test_the_background_scrub_finds_rot_no_read_looked_at(
@@ -234,13 +200,13 @@ async def test_the_background_scrub_finds_rot_no_read_looked_at(
     path, data = "ds/partial.bin", dataset[1]["ds/partial.bin"]
     cache_dir = Path(spokes.config.cache_dir)
     spoke = await spokes.start(scrub_rate_bytes_s=64 << 20)
-    assert (await read(http, f"{spoke.url}/objects/{path}"))[2] == data
-    assert (await spoke_stats(http, spoke.url))["used_bytes"] == len(data)  # all stored
+    assert (await fetch(http, f"{spoke.url}/objects/{path}"))[2] == data
+    assert (await settled_stats(http, spoke.url))["used_bytes"] == len(data)  # all stored
     rotten = chunk_file_of(cache_dir, 2)
     flip_bytes(rotten, 1000)  # and nothing reads it
 
     for _ in range(400):
-        stats = await spoke_stats(http, spoke.url)
+        stats = await settled_stats(http, spoke.url)
         if stats["corrupt_chunks"]["digest"]:
             break
         await asyncio.sleep(0.05)
@@ -255,7 +221,7 @@ async def test_the_background_scrub_finds_rot_no_read_looked_at(
     assert samples["spoke_scrubbed_bytes_total"] >= CHUNK
     assert samples["spoke_scrub_errors_total"] == 0
 
-    status, headers, body = await read(http, f"{spoke.url}/objects/{path}")
+    status, headers, body = await fetch(http, f"{spoke.url}/objects/{path}")
     assert (status, headers["X-Cache"], body) == (200, "PARTIAL", data)
     # The chunks it read from files this process wrote (and verified on their way in)
     # were checked, not hashed again.
@@ -266,7 +232,7 @@ async def test_the_background_scrub_finds_rot_no_read_looked_at(
     # A new process hashes each file once, before its first read of it, not at every read.
     spoke = await spokes.start(scrub_rate_bytes_s=0)
     for _ in range(3):
-        status, headers, body = await read(http, f"{spoke.url}/objects/{path}")
+        status, headers, body = await fetch(http, f"{spoke.url}/objects/{path}")
         assert (status, headers["X-Cache"], body) == (200, "HIT", data)
     samples = await metric_samples(http, spoke.url)
     assert samples["spoke_chunks_verified_total"] == 6

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from tests.conftest import FILES, SpokeFactory
+from tests.support.cache_dir import chunk_files
 from tests.support.clock import FakeClock
-from tests.support.servers import RunningServer, settled_stats
+from tests.support.servers import RunningServer
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 PROBLEM = "application/problem+json"
-
-
-async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    """/stats once the chunks read so far are stored."""
-    return await settled_stats(http, spoke_url)
 
 
 async def read(http: aiohttp.ClientSession, spoke_url: str, path: str) -> tuple[str, bytes]:
@@ -35,10 +31,6 @@ async def purge(http: aiohttp.ClientSession, spoke_url: str, target: str) -> int
     return purged
 
 
-def chunk_file_count(cache_dir: Path) -> int:
-    return sum(1 for p in (cache_dir / "chunks").glob("*/*") if p.is_file())
-
-
 async def test_purging_an_object_removes_its_chunks_and_the_next_read_misses(
     spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
@@ -47,18 +39,18 @@ async def test_purging_an_object_removes_its_chunks_and_the_next_read_misses(
     for path in ("ds/big.bin", "ds/small.bin"):
         assert await read(http, spoke.url, path) == ("MISS", files[path])
     await settled_stats(http, spoke.url)
-    assert chunk_file_count(cache_dir) == 41 + 1
+    assert len(chunk_files(cache_dir)) == 41 + 1
 
     assert await purge(http, spoke.url, "ds/big.bin") == 41
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["used_bytes"], stats["cached_chunks"]) == (FILES["ds/small.bin"], 1)
     assert stats["purged_chunks"] == 41
-    assert chunk_file_count(cache_dir) == 1
+    assert len(chunk_files(cache_dir)) == 1
     assert await purge(http, spoke.url, "ds/big.bin") == 0  # nothing left to purge
 
     assert await read(http, spoke.url, "ds/big.bin") == ("MISS", files["ds/big.bin"])
     assert await read(http, spoke.url, "ds/small.bin") == ("HIT", files["ds/small.bin"])
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert stats["hub_fetches"] == 41 + 1 + 41
 
 
@@ -70,15 +62,15 @@ async def test_purging_a_prefix_removes_only_the_objects_under_it(
         assert await read(http, spoke.url, path) == ("MISS", files[path])
 
     assert await purge(http, spoke.url, "ds/") == 6 + 1 + 1
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["used_bytes"], stats["cached_chunks"]) == (FILES["other/notes.csv"], 1)
-    assert chunk_file_count(tmp_path / "cache") == 1
+    assert len(chunk_files(tmp_path / "cache")) == 1
 
     assert await read(http, spoke.url, "other/notes.csv") == ("HIT", files["other/notes.csv"])
     assert await read(http, spoke.url, "ds/partial.bin") == ("MISS", files["ds/partial.bin"])
     assert await purge(http, spoke.url, "ds/") == 6
     assert await purge(http, spoke.url, "other/") == 1
-    assert (await spoke_stats(http, spoke.url))["used_bytes"] == 0
+    assert (await settled_stats(http, spoke.url))["used_bytes"] == 0
 
 
 async def test_an_object_missing_at_the_hub_is_a_404_problem_and_the_spoke_carries_on(
@@ -97,11 +89,11 @@ async def test_an_object_missing_at_the_hub_is_a_404_problem_and_the_spoke_carri
 
     # The misses may each have asked for a first chunk on a guess (spoke.cache.early), which
     # counts as a fetch; the spoke carries on with one fetch for the next object.
-    before = await spoke_stats(http, spoke.url)
+    before = await settled_stats(http, spoke.url)
     assert await read(http, spoke.url, "ds/small.bin") == ("MISS", files["ds/small.bin"])
     async with http.get(f"{spoke.url}/healthz") as resp:
         assert resp.status == 200
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert stats["hub_fetches"] - before["hub_fetches"] == 1
     assert (stats["fill_failures"], stats["cached_chunks"]) == (0, 1)
 

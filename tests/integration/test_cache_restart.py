@@ -18,18 +18,18 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from spoke.config import SpokeConfig
 from tests.conftest import CHUNK, FILES
+from tests.support.http import metric
 from tests.support.servers import (
     Process,
     RunningServer,
-    settled_stats,
     start_process,
     start_spoke,
     write_dataset,
 )
+from tests.support.waits import settled_stats
 
 Hub = tuple[Process, dict[str, bytes]]
 READS = ("ds/big.bin", "ds/partial.bin", "ds/small.bin", "other/notes.csv")
@@ -76,21 +76,6 @@ async def spokes(hub_process: Hub) -> AsyncIterator[Spokes]:
             await asyncio.to_thread(spoke.stop, signal.SIGKILL)
 
 
-async def hub_bytes_sent(http: aiohttp.ClientSession, hub_url: str) -> float:
-    async with http.get(f"{hub_url}/metrics") as resp:
-        text = await resp.text()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "hub_bytes_sent_total":
-                return s.value
-    raise AssertionError("hub_bytes_sent_total missing from the hub's /metrics")
-
-
-async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    """/stats once the chunks read so far are stored."""
-    return await settled_stats(http, spoke_url)
-
-
 async def read_all(
     http: aiohttp.ClientSession, spoke_url: str, files: dict[str, bytes], expected: str
 ) -> None:
@@ -120,11 +105,11 @@ async def test_sigterm_exits_0_and_a_restart_serves_every_chunk_from_disk(
     assert files_under(cache_dir / "tmp") == []
     assert files_under(cache_dir / "chunks") == chunk_files
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start(cache_dir)
     await read_all(http, second.url, files, "HIT")
-    assert await hub_bytes_sent(http, hub.url) == sent_before
-    stats = await spoke_stats(http, second.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") == sent_before
+    stats = await settled_stats(http, second.url)
     assert (stats["hits"], stats["misses"], stats["hub_fetches"]) == (CACHED_CHUNKS, 0, 0)
     assert (stats["used_bytes"], stats["cached_chunks"]) == (CACHED_BYTES, CACHED_CHUNKS)
     assert await spokes.stop(second, signal.SIGTERM) == 0
@@ -146,15 +131,15 @@ async def test_after_sigkill_a_restart_serves_from_disk_and_cleans_up_debris(
     some_bucket = next((cache_dir / "chunks").iterdir())
     (some_bucket / f"{some_bucket.name}{'0' * 30}-0").write_bytes(b"y" * CHUNK)
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start(cache_dir)
     assert files_under(cache_dir / "tmp") == []
     assert files_under(cache_dir / "chunks") == chunk_files
-    stats = await spoke_stats(http, second.url)
+    stats = await settled_stats(http, second.url)
     assert (stats["used_bytes"], stats["cached_chunks"]) == (CACHED_BYTES, CACHED_CHUNKS)
     await read_all(http, second.url, files, "HIT")
-    assert await hub_bytes_sent(http, hub.url) == sent_before
-    stats = await spoke_stats(http, second.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") == sent_before
+    stats = await settled_stats(http, second.url)
     assert (stats["hits"], stats["misses"], stats["hub_fetches"]) == (CACHED_CHUNKS, 0, 0)
 
 
@@ -170,19 +155,19 @@ async def test_a_torn_chunk_file_is_refetched_alone_and_then_served_from_disk(
     torn = next(p for p in (cache_dir / "chunks").glob("*/*") if p.stat().st_size == 123)
     os.truncate(torn, 100)
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start(cache_dir)
     async with http.get(f"{second.url}/objects/ds/partial.bin") as resp:
         assert resp.status == 200
         assert await resp.read() == files["ds/partial.bin"]
-    assert await hub_bytes_sent(http, hub.url) - sent_before == 123
-    stats = await spoke_stats(http, second.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 123
+    stats = await settled_stats(http, second.url)
     assert (stats["misses"], stats["hub_fetches"]) == (1, 1)
     assert torn.stat().st_size == 123  # replaced by the refetched chunk
 
     await read_all(http, second.url, files, "HIT")
-    assert await hub_bytes_sent(http, hub.url) - sent_before == 123
-    assert (await spoke_stats(http, second.url))["hub_fetches"] == 1
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 123
+    assert (await settled_stats(http, second.url))["hub_fetches"] == 1
 
 
 @pytest.fixture
@@ -247,7 +232,7 @@ async def test_a_restart_with_less_capacity_keeps_the_most_recently_used_chunks(
     # Room for 6 chunks now: ds/partial.bin (6 chunks, read last) fits exactly.
     second = await start_spoke(replace(config, capacity_bytes=6 * CHUNK))
     try:
-        stats = await spoke_stats(http, second.url)
+        stats = await settled_stats(http, second.url)
         assert stats["used_bytes"] <= 6 * CHUNK
         async with http.get(f"{second.url}/objects/ds/partial.bin") as resp:
             assert await resp.read() == files["ds/partial.bin"]
@@ -290,7 +275,7 @@ async def assert_indexed_as_on_disk(
     http: aiohttp.ClientSession, spoke: Process, cache_dir: Path
 ) -> None:
     """Every chunk file on disk is one the spoke counts as cached, and no other."""
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert len(files_under(cache_dir / "chunks")) == stats["cached_chunks"]
 
 
@@ -324,7 +309,7 @@ async def test_a_damaged_index_is_set_aside_and_the_spoke_serves(
     if damage is damage_header:  # nothing readable: a cold start
         assert files_under(cache_dir / "chunks") == []
     await read_every_object(http, second.url, files)
-    stats = await spoke_stats(http, second.url)
+    stats = await settled_stats(http, second.url)
     assert (stats["cached_chunks"], stats["used_bytes"]) == (CACHED_CHUNKS, CACHED_BYTES)
     assert await spokes.stop(second, signal.SIGTERM) == 0
 
@@ -357,15 +342,15 @@ async def test_chunk_rows_readable_in_a_damaged_index_are_kept_when_their_files_
     rotten = next(p for p in (cache_dir / "chunks").glob("*/*") if p.stat().st_size == 123)
     rotten.write_bytes(b"\xff" + rotten.read_bytes()[1:])
 
-    sent_before = await hub_bytes_sent(http, hub.url)
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     second = await spokes.start(cache_dir)
     assert len(set_aside(cache_dir)) == 1
-    stats = await spoke_stats(http, second.url)
+    stats = await settled_stats(http, second.url)
     assert stats["cached_chunks"] == CACHED_CHUNKS - 1  # all but the rotten one
     assert not rotten.exists()
     seen = await read_every_object(http, second.url, files)
     assert seen == {**dict.fromkeys(READS, "HIT"), "ds/partial.bin": "PARTIAL"}
-    assert await hub_bytes_sent(http, hub.url) - sent_before == 123
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 123
 
 
 async def test_a_garbage_wal_leaves_a_consistent_cache(
@@ -381,5 +366,5 @@ async def test_a_garbage_wal_leaves_a_consistent_cache(
     second = await spokes.start(cache_dir)
     await assert_indexed_as_on_disk(http, second, cache_dir)
     await read_every_object(http, second.url, files)
-    stats = await spoke_stats(http, second.url)
+    stats = await settled_stats(http, second.url)
     assert (stats["cached_chunks"], stats["used_bytes"]) == (CACHED_CHUNKS, CACHED_BYTES)

@@ -15,70 +15,24 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from multidict import CIMultiDict
-from prometheus_client.parser import text_string_to_metric_families
 
 from hub.config import HubConfig
 from hub.handlers import READ_BLOCK_BYTES
 from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK
 from tests.support.backoff import HeldBackoff
+from tests.support.http import Response, fetch, metric
 from tests.support.raw_http import raw_get
 from tests.support.servers import (
     GatedBackend,
     RunningServer,
-    settled_stats,
     start_hub,
     write_dataset,
 )
+from tests.support.waits import settled_stats, wait_for_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
-Result = tuple[int, CIMultiDict[str], bytes]
 WAIT_S = 10.0
-
-
-async def hub_counter(http: aiohttp.ClientSession, hub_url: str, sample: str) -> float:
-    """One sample of the hub's ``/metrics`` (e.g. ``hub_bytes_sent_total``)."""
-    async with http.get(f"{hub_url}/metrics") as resp:
-        assert resp.status == 200
-        text = await resp.text()
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == sample:
-                return s.value
-    raise AssertionError(f"{sample} missing from the hub's /metrics")
-
-
-async def raw_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    async with http.get(f"{spoke_url}/stats") as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-        return stats
-
-
-async def spoke_stats(http: aiohttp.ClientSession, spoke_url: str) -> dict[str, Any]:
-    """/stats once the chunks read so far are stored."""
-    return await settled_stats(http, spoke_url)
-
-
-async def wait_for_stats(
-    http: aiohttp.ClientSession, spoke_url: str, ready: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    """Poll ``/stats`` until ``ready`` holds; fail after WAIT_S."""
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while True:
-        stats = await raw_stats(http, spoke_url)
-        if ready(stats):
-            return stats
-        assert asyncio.get_running_loop().time() < deadline, f"stats never got there: {stats}"
-        await asyncio.sleep(0.01)
-
-
-async def get(
-    http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None
-) -> Result:
-    async with http.get(url, headers=headers or {}) as resp:
-        return resp.status, resp.headers.copy(), await resp.read()
 
 
 async def warm_manifest(http: aiohttp.ClientSession, spoke_url: str, path: str) -> None:
@@ -111,14 +65,14 @@ async def test_32_cold_readers_of_one_chunk_cost_one_hub_fetch(
 ) -> None:
     path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
     await warm_manifest(http, spoke.url, path)
-    sent_before = await hub_counter(http, hub.url, "hub_bytes_sent_total")
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     start, stop = 3 * CHUNK + 100, 3 * CHUNK + 5000  # inside chunk 3
     url = f"{spoke.url}/objects/{path}"
-    tasks: list[asyncio.Task[Result]] = []
+    tasks: list[asyncio.Task[Response]] = []
 
     async def line_up() -> None:
         tasks.extend(
-            asyncio.create_task(get(http, url, {"Range": f"bytes={start}-{stop - 1}"}))
+            asyncio.create_task(fetch(http, url, {"Range": f"bytes={start}-{stop - 1}"}))
             for _ in range(32)
         )
         await hub_holds_a_read(gated)
@@ -135,16 +89,16 @@ async def test_32_cold_readers_of_one_chunk_cost_one_hub_fetch(
         assert headers["Content-Range"] == f"bytes {start}-{stop - 1}/{len(data)}"
         assert headers["X-Cache"] == "MISS"
         assert body == data[start:stop]
-    assert await hub_counter(http, hub.url, "hub_bytes_sent_total") - sent_before == CHUNK
-    stats = await spoke_stats(http, spoke.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == CHUNK
+    stats = await settled_stats(http, spoke.url)
     assert (stats["hub_fetches"], stats["singleflight_joins"]) == (1, 31)
     assert (stats["misses"], stats["hits"], stats["hub_bytes"]) == (32, 0, CHUNK)
     assert stats["used_bytes"] == CHUNK
 
     # The filled chunk is now a plain hit.
-    status, headers, body = await get(http, url, {"Range": f"bytes={start}-{stop - 1}"})
+    status, headers, body = await fetch(http, url, {"Range": f"bytes={start}-{stop - 1}"})
     assert (status, headers["X-Cache"], body) == (206, "HIT", data[start:stop])
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["hits"], stats["hub_fetches"]) == (1, 1)
 
 
@@ -154,14 +108,14 @@ async def test_8_readers_of_a_multi_chunk_range_fetch_each_chunk_once(
 ) -> None:
     path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
     await warm_manifest(http, spoke.url, path)
-    sent_before = await hub_counter(http, hub.url, "hub_bytes_sent_total")
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     start, stop = 10 * CHUNK + 17, 15 * CHUNK - 5  # touches chunks 10..14, partly 10 and 14
     url = f"{spoke.url}/objects/{path}"
-    tasks: list[asyncio.Task[Result]] = []
+    tasks: list[asyncio.Task[Response]] = []
 
     async def line_up() -> None:
         tasks.extend(
-            asyncio.create_task(get(http, url, {"Range": f"bytes={start}-{stop - 1}"}))
+            asyncio.create_task(fetch(http, url, {"Range": f"bytes={start}-{stop - 1}"}))
             for _ in range(8)
         )
         await hub_holds_a_read(gated)
@@ -174,8 +128,8 @@ async def test_8_readers_of_a_multi_chunk_range_fetch_each_chunk_once(
     for status, headers, body in results:
         assert (status, headers["X-Cache"]) == (206, "MISS")
         assert body == data[start:stop]
-    assert await hub_counter(http, hub.url, "hub_bytes_sent_total") - sent_before == 5 * CHUNK
-    stats = await spoke_stats(http, spoke.url)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 5 * CHUNK
+    stats = await settled_stats(http, spoke.url)
     assert stats["hub_fetches"] == 5
     assert stats["hub_bytes"] == 5 * CHUNK
     assert stats["hits"] + stats["misses"] == 8 * 5
@@ -191,11 +145,11 @@ async def test_a_failed_fetch_fails_every_waiter_cleanly_and_poisons_nothing(
     await warm_manifest(http, spoke.url, path)
     url = f"{spoke.url}/objects/{path}"
     rng = {"Range": f"bytes={CHUNK}-{2 * CHUNK - 1}"}  # chunk 1
-    tasks: list[asyncio.Task[Result]] = []
+    tasks: list[asyncio.Task[Response]] = []
 
     async def line_up() -> None:
         gated.fail_reads = True
-        tasks.extend(asyncio.create_task(get(http, url, rng)) for _ in range(6))
+        tasks.extend(asyncio.create_task(fetch(http, url, rng)) for _ in range(6))
         await hub_holds_a_read(gated)
         await wait_for_stats(http, spoke.url, lambda s: s["misses"] == 6)
 
@@ -208,7 +162,7 @@ async def test_a_failed_fetch_fails_every_waiter_cleanly_and_poisons_nothing(
         problem = json.loads(body)
         assert problem["status"] == status
         assert problem["title"] and problem["detail"]
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     # One flight for all six: its attempts (retries included) are the only hub fetches.
     assert (stats["misses"], stats["fill_failures"]) == (6, 1)
     assert stats["hub_fetches"] == 1 + stats["hub_retries"]
@@ -218,10 +172,10 @@ async def test_a_failed_fetch_fails_every_waiter_cleanly_and_poisons_nothing(
     # No poisoned entry: the next reader starts a fresh fetch, which is then cached.
     gated.fail_reads = False
     for expected in ("MISS", "HIT"):
-        status, headers, body = await get(http, url, rng)
+        status, headers, body = await fetch(http, url, rng)
         assert (status, headers["X-Cache"]) == (206, expected)
         assert body == data[CHUNK : 2 * CHUNK]
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["hub_fetches"], stats["hits"], stats["used_bytes"]) == (fetches + 1, 1, CHUNK)
 
 
@@ -231,17 +185,17 @@ async def test_a_reader_hanging_up_does_not_cancel_the_fetch_others_wait_on(
 ) -> None:
     path, data = "ds/partial.bin", dataset[1]["ds/partial.bin"]
     await warm_manifest(http, spoke.url, path)
-    sent_before = await hub_counter(http, hub.url, "hub_bytes_sent_total")
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     url = f"{spoke.url}/objects/{path}"
     rng = {"Range": f"bytes={2 * CHUNK}-{3 * CHUNK - 1}"}  # chunk 2
-    first: list[asyncio.Task[Result]] = []
-    others: list[asyncio.Task[Result]] = []
+    first: list[asyncio.Task[Response]] = []
+    others: list[asyncio.Task[Response]] = []
 
     async def line_up() -> None:
-        first.append(asyncio.create_task(get(http, url, rng)))  # starts the flight
+        first.append(asyncio.create_task(fetch(http, url, rng)))  # starts the flight
         await hub_holds_a_read(gated)
         await wait_for_stats(http, spoke.url, lambda s: s["misses"] == 1)
-        others.extend(asyncio.create_task(get(http, url, rng)) for _ in range(3))
+        others.extend(asyncio.create_task(fetch(http, url, rng)) for _ in range(3))
         await wait_for_stats(http, spoke.url, lambda s: s["misses"] == 4)
         first[0].cancel()  # the flight's starter hangs up
         with contextlib.suppress(asyncio.CancelledError):
@@ -254,10 +208,10 @@ async def test_a_reader_hanging_up_does_not_cancel_the_fetch_others_wait_on(
     for status, headers, body in results:
         assert (status, headers["X-Cache"]) == (206, "MISS")
         assert body == data[2 * CHUNK : 3 * CHUNK]
-    assert await hub_counter(http, hub.url, "hub_bytes_sent_total") - sent_before == CHUNK
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == CHUNK
     stats = await wait_for_stats(http, spoke.url, lambda s: s["used_bytes"] == CHUNK)
     assert (stats["hub_fetches"], stats["fill_failures"]) == (1, 0)
-    status, headers, _ = await get(http, url, rng)
+    status, headers, _ = await fetch(http, url, rng)
     assert (status, headers["X-Cache"]) == (206, "HIT")
 
 
@@ -303,12 +257,12 @@ async def test_waiters_of_a_failed_flight_count_as_singleflight_joins(
     path = "ds/exact.bin"
     await warm_manifest(http, spoke.url, path)
     url = f"{spoke.url}/objects/{path}"
-    tasks: list[asyncio.Task[Result]] = []
+    tasks: list[asyncio.Task[Response]] = []
 
     async def line_up() -> None:
         gated.fail_reads = True
         tasks.extend(
-            asyncio.create_task(get(http, url, {"Range": "bytes=0-99"})) for _ in range(4)
+            asyncio.create_task(fetch(http, url, {"Range": "bytes=0-99"})) for _ in range(4)
         )
         await hub_holds_a_read(gated)
         await wait_for_stats(http, spoke.url, lambda s: s["misses"] == 4)
@@ -317,7 +271,7 @@ async def test_waiters_of_a_failed_flight_count_as_singleflight_joins(
     results = await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S)
 
     assert [status for status, _, _ in results] == [503] * 4
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["misses"], stats["fill_failures"]) == (4, 1)
     # Three requests waited on the fetch the first one started.
     assert stats["singleflight_joins"] == 3
@@ -358,7 +312,7 @@ async def test_a_reader_joining_during_a_retrys_backoff_gets_the_retrys_bytes(
     assert (b.status, b.complete) == (206, True), b.describe()
     assert b.body == data[:WIDE]
     assert backend.cut_once_at is None and backoff.pauses == 1
-    stats = await spoke_stats(http, spoke.url)
+    stats = await settled_stats(http, spoke.url)
     assert (stats["hub_fetches"], stats["fill_failures"]) == (2, 0)
 
 
@@ -373,11 +327,11 @@ async def test_misses_waiting_for_a_fetch_slot_hold_no_chunk_memory(
     await warm_manifest(http, spoke.url, path)
     url = f"{spoke.url}/objects/{path}"
     chunks = range(1, 13)
-    tasks: list[asyncio.Task[Result]] = []
+    tasks: list[asyncio.Task[Response]] = []
 
     async def line_up() -> None:
         tasks.extend(
-            asyncio.create_task(get(http, url, {"Range": f"bytes={start}-{start + 99}"}))
+            asyncio.create_task(fetch(http, url, {"Range": f"bytes={start}-{start + 99}"}))
             for start in (i * CHUNK + 100 for i in chunks)
         )
         await hub_holds_a_read(gated)

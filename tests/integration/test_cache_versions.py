@@ -16,7 +16,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from multidict import CIMultiDict
 
 from hub.backend import FilesystemBackend, ObjectInfo
 from hub.config import HubConfig
@@ -24,20 +23,15 @@ from hub.handlers import BACKEND
 from spoke.client.clients import AsyncClient
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.clock import FakeClock
+from tests.support.http import fetch
 from tests.support.raw_http import raw_get
-from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_hub
+from tests.support.servers import GatedBackend, RunningServer, start_hub
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 Change = Callable[[Path, bytes], None]
 TTL_S = 0.5
 WAIT_S = 10.0
-
-
-async def read(
-    http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None
-) -> tuple[int, CIMultiDict[str], bytes]:
-    async with http.get(url, headers=headers or {}) as resp:
-        return resp.status, resp.headers.copy(), await resp.read()
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:
@@ -65,16 +59,16 @@ async def test_a_changed_object_is_served_whole_in_its_new_version_after_the_ttl
     old = files["ds/partial.bin"]
     rng = random.Random(11)
 
-    status, headers, body = await read(http, url)
+    status, headers, body = await fetch(http, url)
     assert (status, headers["X-Cache"], body) == (200, "MISS", old)
     etags = [headers["ETag"]]
-    status, headers, body = await read(http, url)
+    status, headers, body = await fetch(http, url)
     assert (status, headers["X-Cache"], body) == (200, "HIT", old)
 
     for new in (rng.randbytes(len(old)), rng.randbytes(len(old) + 5000)):
         change(root / "ds/partial.bin", new)
         clock.advance(TTL_S + 0.001)  # past the metadata TTL
-        status, headers, body = await read(http, url)
+        status, headers, body = await fetch(http, url)
         assert (status, headers["X-Cache"]) == (200, "MISS")
         assert body == new
         assert headers["Content-Length"] == str(len(new))
@@ -82,7 +76,7 @@ async def test_a_changed_object_is_served_whole_in_its_new_version_after_the_ttl
         etags.append(headers["ETag"])
         # A range straddling two chunks comes from the new version too.
         start, stop = CHUNK - 10, 2 * CHUNK + 10
-        status, headers, body = await read(http, url, {"Range": f"bytes={start}-{stop - 1}"})
+        status, headers, body = await fetch(http, url, {"Range": f"bytes={start}-{stop - 1}"})
         assert (status, headers["ETag"], body) == (206, etags[-1], new[start:stop])
         assert headers["X-Cache"] == "HIT"
 
@@ -94,9 +88,9 @@ async def test_within_the_ttl_the_spoke_keeps_serving_the_version_it_knows(
     spoke = await make_spoke(meta_ttl_s=30.0)
     url = f"{spoke.url}/objects/ds/exact.bin"
     old = files["ds/exact.bin"]
-    assert (await read(http, url))[2] == old
+    assert (await fetch(http, url))[2] == old
     replace_by_rename(root / "ds/exact.bin", random.Random(3).randbytes(len(old)))
-    status, headers, body = await read(http, url)
+    status, headers, body = await fetch(http, url)
     assert (status, headers["X-Cache"], body) == (200, "HIT", old)
 
 
@@ -146,7 +140,7 @@ async def test_a_change_in_the_middle_of_a_response_never_splices_versions(
         assert not cut
 
     # Afterwards the new version is served, whole.
-    status, headers, body = await read(http, url)
+    status, headers, body = await fetch(http, url)
     assert (status, body) == (200, new)
     assert headers["ETag"] != old_etag
 

@@ -10,11 +10,9 @@ bytes. Then a restarted spoke, whose processes open every file afresh, must too.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import stat
-import urllib.request
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -24,6 +22,8 @@ from loadtest.procs import Process, start_process
 from protocol.digests import digest
 from tests.conftest import CHUNK
 from tests.integration.test_http_ranges import parse_byteranges
+from tests.support.http import blocking_stats
+from tests.support.raw_http import exchange, request
 from tests.support.servers import RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -66,32 +66,15 @@ async def spoke(request: pytest.FixtureRequest, hub: RunningServer,
     await spoke.stop()
 
 
-async def exchange(process: Process, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """One request on a new connection, and its answer (raises if it is cut)."""
-    host, port = process.url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(request)
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        lines = head.decode("latin-1").split("\r\n")
-        fields = {k.lower(): v for k, _, v in (ln.partition(": ") for ln in lines[1:] if ln)}
-        body = await asyncio.wait_for(reader.readexactly(int(fields["content-length"])), 10)
-    finally:
-        writer.close()
-    return int(lines[0].split()[1]), fields, body
-
-
 def get(range_header: str | None = None) -> bytes:
-    fields = [f"GET /objects/{OBJECT} HTTP/1.1", "Host: spoke"]
-    if range_header is not None:
-        fields.append(f"Range: {range_header}")
-    return ("\r\n".join(fields) + "\r\n\r\n").encode()
+    fields = [] if range_header is None else [f"Range: {range_header}"]
+    return request(f"/objects/{OBJECT}", *fields)
 
 
 async def read_batch(process: Process, data: bytes) -> list[str]:
     """A batch read of BATCH, checked byte for byte; its X-Cache."""
-    status, fields, body = await exchange(
-        process, get("bytes=" + ",".join(f"{a}-{b}" for a, b in BATCH)))
+    [(status, fields, body)] = await exchange(
+        process.url, get("bytes=" + ",".join(f"{a}-{b}" for a, b in BATCH)))
     assert status == 206
     parts = parse_byteranges(fields["content-type"], body)
     assert [part for _, _, part in parts] == [data[a:b + 1] for a, b in BATCH]
@@ -100,7 +83,7 @@ async def read_batch(process: Process, data: bytes) -> list[str]:
 
 async def read_single(process: Process, data: bytes) -> list[str]:
     a, b = SINGLE
-    status, fields, body = await exchange(process, get(f"bytes={a}-{b}"))
+    [(status, fields, body)] = await exchange(process.url, get(f"bytes={a}-{b}"))
     assert (status, body) == (206, data[a:b + 1])
     return [fields["x-cache"]]
 
@@ -114,17 +97,11 @@ async def read_everywhere(process: Process, data: bytes) -> list[str]:
     return [x for answer in answers for x in answer]
 
 
-def stats(process: Process) -> dict[str, object]:
-    with urllib.request.urlopen(f"{process.url}/stats", timeout=10) as reply:
-        found: dict[str, object] = json.loads(reply.read())
-        return found
-
-
 async def settled(process: Process, done: Callable[[dict[str, object]], bool]) -> dict[str, object]:
     """/stats once ``done`` holds of it (reader workers report every 50 ms)."""
     deadline = asyncio.get_running_loop().time() + WAIT_S
     while True:
-        found = await asyncio.to_thread(stats, process)
+        found = await asyncio.to_thread(blocking_stats, process.url)
         if done(found) or asyncio.get_running_loop().time() > deadline:
             return found
         await asyncio.sleep(0.05)
@@ -229,7 +206,7 @@ async def test_a_changed_chunk_file_is_dropped_and_fetched_again_never_served(
     outside.write_bytes((b"secret\n" * CHUNK)[:CHUNK])
     process = spoke.process
     assert process is not None
-    status, _, body = await exchange(process, get())
+    [(status, _, body)] = await exchange(process.url, get())
     assert (status, body) == (200, data)
     await settled(process, lambda s: s["used_bytes"] == len(data))
     # Every process serves them as hits, and holds the files open (mapped for batches).
@@ -249,7 +226,7 @@ async def test_a_changed_chunk_file_is_dropped_and_fetched_again_never_served(
     await read_everywhere(process, data)
     if not live:
         await found_and_fetched_again(process, cause, len(bad), len(data))
-    assert corrupt_count(await asyncio.to_thread(stats, process), cause) == \
+    assert corrupt_count(await asyncio.to_thread(blocking_stats, process.url), cause) == \
         (0 if live else len(bad))
     assert set(await read_everywhere(process, data)) == {"HIT"}
     for path in bad:  # stored again, as the chunk itself
@@ -277,7 +254,7 @@ async def test_a_mapped_chunk_that_shrank_is_fetched_again_for_every_batch(
     data = dataset[1][OBJECT]
     process = spoke.process
     assert process is not None
-    assert (await exchange(process, get()))[2] == data
+    assert (await exchange(process.url, get()))[0][2] == data
     await settled(process, lambda s: s["used_bytes"] == len(data))
     assert set(await read_everywhere(process, data)) == {"HIT"}  # mapped everywhere
 

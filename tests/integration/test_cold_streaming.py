@@ -28,14 +28,15 @@ from spoke.config import SpokeConfig
 from spoke.serve.handlers import CACHE
 from spoke.serve.reader import RangeReader
 from spoke.upstream.errors import ChunkCorrupt
+from tests.support.cache_dir import chunk_files
 from tests.support.servers import (
     GatedBackend,
     RunningServer,
-    settled_stats,
     start_hub,
     start_spoke,
     write_dataset,
 )
+from tests.support.waits import settled_stats
 
 CHUNK = 2 << 20  # the hub reads 1 MiB at a time: two reads per chunk
 HALF = CHUNK // 2
@@ -120,10 +121,6 @@ async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
         await hub.stop()
 
 
-def chunk_files(lab: Lab) -> list[str]:
-    return sorted(p.name for p in (lab.cache_dir / "chunks").glob("*/*") if p.is_file())
-
-
 async def wait_until_quiet(http: aiohttp.ClientSession, lab: Lab) -> dict[str, Any]:
     """/stats once no chunk is being fetched or stored (a failed flight ends just after
     the cut; a served chunk lands on disk just after its answer)."""
@@ -193,7 +190,7 @@ async def test_a_chunk_failing_after_partial_streaming_cuts_the_reader_and_cache
     assert (doc["hub_fetches"], doc["fill_failures"]) == (1, 1)
     assert doc["verify_failures"] == (1 if failure == "corrupt" else 0)
     assert (doc["cached_chunks"], doc["used_bytes"]) == (0, 0)
-    assert chunk_files(lab) == [] and os.listdir(lab.cache_dir / "tmp") == []
+    assert chunk_files(lab.cache_dir) == [] and os.listdir(lab.cache_dir / "tmp") == []
 
     lab.backend.corrupt = lab.backend.fail = False
     for expected in ("MISS", "HIT"):
@@ -201,7 +198,7 @@ async def test_a_chunk_failing_after_partial_streaming_cuts_the_reader_and_cache
             assert (resp.status, resp.headers["X-Cache"]) == (200, expected)
             assert await resp.read() == lab.data
     await wait_until_quiet(http, lab)  # the chunks answered land on disk just after
-    assert len(chunk_files(lab)) == 2
+    assert len(chunk_files(lab.cache_dir)) == 2
 
 
 async def test_a_small_read_inside_a_failing_chunk_is_never_served_whole(

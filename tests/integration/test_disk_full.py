@@ -19,13 +19,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from spoke.cache import engine as cache_module
 from spoke.cache.engine import ChunkCache
 from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import RunningServer, settled_stats, start_process, write_dataset
+from tests.support.http import metric_samples
+from tests.support.servers import RunningServer, start_process, write_dataset
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 # A manifest of this many chunks does not fit in one SQLite page: saving it needs a
@@ -57,16 +58,6 @@ async def get(http: aiohttp.ClientSession, url: str) -> tuple[int, str | None, b
         return resp.status, resp.headers.get("X-Cache"), await resp.read()
 
 
-async def metric_samples(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
-    """/metrics samples by (name, the value of their one label, or "")."""
-    async with http.get(f"{url}/metrics") as resp:
-        text = await resp.text()
-    return {
-        (s.name, next(iter(s.labels.values()), "")): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
-    }
-
-
 async def assert_consistent(cache: ChunkCache) -> None:
     """What the spoke serves as cached is exactly what the index and the disk hold,
     and no half-written file is left."""
@@ -93,8 +84,8 @@ async def test_a_full_index_costs_caching_not_the_answer(
     assert stats["uncached_fills"] + stats["cached_chunks"] == MANY_CHUNKS + 1
     await assert_consistent(cache)
     samples = await metric_samples(http, spoke.url)
-    assert samples["spoke_disk_write_errors_total", "manifest"] == 1
-    assert samples["spoke_disk_write_errors_total", "chunk"] == stats["uncached_fills"]
+    assert samples['spoke_disk_write_errors_total{write="manifest"}'] == 1
+    assert samples['spoke_disk_write_errors_total{write="chunk"}'] == stats["uncached_fills"]
 
     # Room again: caching resumes by itself, the refused manifest saved this time.
     await cache.db.run(cache.index._db.execute, "PRAGMA max_page_count = 1073741823")
@@ -198,8 +189,8 @@ async def test_background_tasks_outlive_a_full_disk(
 
     await wait_for("the access time kept and saved once the disk took it", access_saved)
     samples = await metric_samples(http, spoke.url)
-    assert samples["spoke_background_errors_total", "access-times"] == 3
-    assert samples["spoke_background_errors_total", "expiry"] == 0
+    assert samples['spoke_background_errors_total{task="access-times"}'] == 3
+    assert samples['spoke_background_errors_total{task="expiry"}'] == 0
     logged = [r for r in caplog.records if "access-times" in r.getMessage()]
     assert len(logged) == 1  # once, not once per failure
 

@@ -21,7 +21,8 @@ from service.runner import start_site
 from spoke.config import SpokeConfig
 from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import GatedBackend, RunningServer, settled_stats, start_spoke
+from tests.support.servers import GatedBackend, RunningServer, start_spoke
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 WAIT_S = 10.0

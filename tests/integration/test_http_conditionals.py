@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from email.utils import formatdate, parsedate_to_datetime
@@ -10,34 +9,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from multidict import CIMultiDictProxy
 
 from tests.conftest import SpokeFactory
+from tests.support.http import Response, assert_problem, fetch
 from tests.support.servers import RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
-Response = tuple[int, CIMultiDictProxy[str], bytes]
 
 PATH = "ds/partial.bin"
 OLD_DATE = "Sun, 06 Nov 1994 08:49:37 GMT"
-
-
-@pytest.fixture(params=["hub", "spoke"])
-async def server(
-    request: pytest.FixtureRequest, hub: RunningServer, make_spoke: SpokeFactory
-) -> RunningServer:
-    """The hub, or a spoke in front of it: every test here runs against both."""
-    if request.param == "hub":
-        return hub
-    return await make_spoke()
-
-
-async def fetch(
-    http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None,
-    method: str = "GET",
-) -> Response:
-    async with http.request(method, url, headers=headers or {}) as resp:
-        return resp.status, resp.headers, await resp.read()
 
 
 class Target:
@@ -60,16 +40,6 @@ async def target(server: RunningServer, dataset: Dataset, http: aiohttp.ClientSe
     status, headers, _ = await fetch(http, url, method="HEAD")
     assert status == 200
     return Target(url, dataset[1][PATH], headers["ETag"], headers["Last-Modified"])
-
-
-def assert_problem(response: Response, code: int) -> None:
-    status, headers, body = response
-    assert status == code
-    assert headers["Content-Type"].split(";")[0] == "application/problem+json"
-    problem = json.loads(body)
-    assert problem["status"] == code
-    assert isinstance(problem["title"], str) and problem["title"]
-    assert isinstance(problem["detail"], str) and problem["detail"]
 
 
 def assert_not_modified(response: Response, target: Target) -> None:

@@ -9,14 +9,13 @@ import aiohttp
 import msgpack
 import pytest
 import xxhash
-from multidict import CIMultiDictProxy
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import CHUNK, FILES, SpokeFactory
-from tests.support.servers import RunningServer, settled_stats
+from tests.support.http import assert_problem, fetch, scrape, stats
+from tests.support.servers import RunningServer
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
-Response = tuple[int, CIMultiDictProxy[str], bytes]
 
 SPOKE_METRICS = {
     "spoke_cache_hits_total": "hits",
@@ -30,57 +29,6 @@ SPOKE_METRICS = {
 }
 STATS_KEYS = {*SPOKE_METRICS.values(), "policy"}
 CAPACITY = 64 << 20  # what tests/conftest.py's make_spoke configures
-
-
-@pytest.fixture(params=["hub", "spoke"])
-async def server(
-    request: pytest.FixtureRequest, hub: RunningServer, make_spoke: SpokeFactory
-) -> RunningServer:
-    """The hub, or a spoke in front of it: every test here runs against both."""
-    if request.param == "hub":
-        return hub
-    return await make_spoke()
-
-
-async def fetch(
-    http: aiohttp.ClientSession, url: str, headers: dict[str, str] | None = None,
-    method: str = "GET",
-) -> Response:
-    async with http.request(method, url, headers=headers or {}) as resp:
-        return resp.status, resp.headers, await resp.read()
-
-
-def assert_problem(response: Response, code: int) -> dict[str, object]:
-    status, headers, body = response
-    assert status == code
-    assert headers["Content-Type"].split(";")[0] == "application/problem+json"
-    problem = json.loads(body)
-    assert problem["status"] == code
-    assert isinstance(problem["title"], str) and problem["title"]
-    assert isinstance(problem["detail"], str) and problem["detail"]
-    assert isinstance(problem, dict)
-    return problem
-
-
-async def scrape(http: aiohttp.ClientSession, base_url: str) -> dict[str, float]:
-    """Every sample of ``/metrics``, by sample name (counters keep their ``_total``)."""
-    status, headers, body = await fetch(http, f"{base_url}/metrics")
-    assert status == 200
-    assert headers["Content-Type"].startswith("text/plain")
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            samples[sample.name] = sample.value
-    return samples
-
-
-async def stats(http: aiohttp.ClientSession, spoke: RunningServer) -> dict[str, object]:
-    status, headers, body = await fetch(http, f"{spoke.url}/stats")
-    assert status == 200
-    assert headers["Content-Type"].startswith("application/json")
-    result = json.loads(body)
-    assert isinstance(result, dict)
-    return result
 
 
 async def test_healthz(
@@ -126,7 +74,7 @@ async def test_spoke_fills_cost_the_hub_exactly_the_object_bytes(
         assert (status, body) == (200, data)
     after = await scrape(http, hub.url)
     assert after["hub_bytes_sent_total"] - before["hub_bytes_sent_total"] == len(data)
-    assert (await stats(http, spoke))["hub_bytes"] == len(data)
+    assert (await stats(http, spoke.url))["hub_bytes"] == len(data)
 
 
 async def test_spoke_stats_and_metrics_agree_and_are_exact(
@@ -136,7 +84,7 @@ async def test_spoke_stats_and_metrics_agree_and_are_exact(
     chunks = -(-len(data) // CHUNK)
     assert chunks == 41
 
-    empty = await stats(http, spoke)
+    empty = await stats(http, spoke.url)
     assert empty.keys() >= STATS_KEYS
     assert {k: empty[k] for k in STATS_KEYS} == {
         "hits": 0, "misses": 0, "hub_fetches": 0, "hub_bytes": 0, "singleflight_joins": 0,
@@ -152,9 +100,9 @@ async def test_spoke_stats_and_metrics_agree_and_are_exact(
     assert (status, body) == (206, data[CHUNK - 1 : CHUNK + 1])
 
     # An answer ends once its bytes are verified; the last chunks may still be on
-    # their way to disk, not yet in used_bytes (as on a loaded machine).
-    await settled_stats(http, spoke.url)
-    figures = await stats(http, spoke)
+    # their way to disk, not yet in used_bytes (as on a loaded machine). The figures
+    # are the snapshot that shows none in flight or being stored, not a later one.
+    figures = await settled_stats(http, spoke.url)
     assert {k: figures[k] for k in STATS_KEYS} == {
         "hits": chunks + 2, "misses": chunks, "hub_fetches": chunks, "hub_bytes": len(data),
         "singleflight_joins": 0, "evictions": 0, "used_bytes": len(data),
@@ -169,7 +117,7 @@ async def test_spoke_stats_name_the_configured_policy(
     make_spoke: SpokeFactory, http: aiohttp.ClientSession
 ) -> None:
     spoke = await make_spoke(policy="lru", capacity_bytes=10 * CHUNK)
-    figures = await stats(http, spoke)
+    figures = await stats(http, spoke.url)
     assert (figures["policy"], figures["capacity_bytes"]) == ("lru", 10 * CHUNK)
     assert (await scrape(http, spoke.url))["spoke_cache_capacity_bytes"] == 10 * CHUNK
 

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -20,6 +19,7 @@ import pytest
 import yarl
 
 from tests.conftest import FILES, SpokeFactory
+from tests.support.raw_http import RawResponse, raw_request
 from tests.support.servers import RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -69,37 +69,6 @@ MISSING_OBJECT_TARGETS = [
 ]
 
 
-@dataclass
-class RawResponse:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-async def raw_request(base_url: str, target: str, method: str = "GET") -> RawResponse:
-    """Send ``target`` byte for byte as the request-target; read until the server closes."""
-    url = yarl.URL(base_url)
-    assert url.host is not None and url.port is not None
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(
-            f"{method} {target} HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
-            "Connection: close\r\n\r\n".encode("latin-1")
-        )
-        await writer.drain()
-        data = await asyncio.wait_for(reader.read(), timeout=10)
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return RawResponse(int(status_line.split()[1]), headers, body)
-
-
 def assert_refused(response: RawResponse, method: str = "GET") -> None:
     """400 or 404, as problem+json, and not one byte of anything outside the root."""
     assert response.status in (400, 404), response
@@ -113,16 +82,6 @@ def assert_refused(response: RawResponse, method: str = "GET") -> None:
     assert problem["status"] == response.status
     assert isinstance(problem["title"], str) and problem["title"]
     assert isinstance(problem["detail"], str) and problem["detail"]
-
-
-@pytest.fixture(params=["hub", "spoke"])
-async def server(
-    request: pytest.FixtureRequest, hub: RunningServer, make_spoke: SpokeFactory
-) -> RunningServer:
-    """The hub, or a spoke in front of it: every test here runs against both."""
-    if request.param == "hub":
-        return hub
-    return await make_spoke()
 
 
 @pytest.fixture
@@ -149,7 +108,7 @@ async def test_raw_client_reaches_real_objects(
 async def test_hostile_object_paths_are_refused(server: RunningServer) -> None:
     for target in HOSTILE_OBJECT_TARGETS:
         for method in ("GET", "HEAD"):
-            response = await raw_request(server.url, target, method)
+            response = await raw_request(server.url, target, method=method)
             try:
                 assert_refused(response, method)
             except AssertionError as exc:
@@ -220,7 +179,7 @@ async def test_symlink_to_a_file_outside_the_root_is_refused(
     server = await pick(which, hub, make_spoke)
     for target in ("/objects/ds/escape.bin", "/objects/ds/relative-escape.bin"):
         for method in ("GET", "HEAD"):
-            assert_refused(await raw_request(server.url, target, method), method)
+            assert_refused(await raw_request(server.url, target, method=method), method)
 
 
 @pytest.mark.parametrize("which", BOTH_WITH_SPOKE_BUG)

@@ -6,7 +6,6 @@ must see the same status, headers and bytes from either.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import secrets
@@ -17,45 +16,17 @@ import pytest
 from multidict import CIMultiDictProxy
 
 from tests.conftest import CHUNK, FILES, SpokeFactory
-from tests.support.servers import RunningServer, settled_stats
+from tests.support.http import assert_problem, fetch
+from tests.support.servers import RunningServer
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
-Response = tuple[int, CIMultiDictProxy[str], bytes]
 
 BIG = "ds/big.bin"
 PARTIAL = "ds/partial.bin"
 BIG_SIZE = FILES[BIG]
 PARTIAL_SIZE = FILES[PARTIAL]
 SEED = 20240611
-
-
-@pytest.fixture(params=["hub", "spoke"])
-async def server(
-    request: pytest.FixtureRequest, hub: RunningServer, make_spoke: SpokeFactory
-) -> RunningServer:
-    """The hub, or a spoke in front of it: every test here runs against both."""
-    if request.param == "hub":
-        return hub
-    return await make_spoke()
-
-
-async def fetch(
-    http: aiohttp.ClientSession,
-    url: str,
-    headers: dict[str, str] | None = None,
-    method: str = "GET",
-) -> Response:
-    async with http.request(method, url, headers=headers or {}) as resp:
-        return resp.status, resp.headers, await resp.read()
-
-
-def assert_problem(status: int, headers: CIMultiDictProxy[str], body: bytes, code: int) -> None:
-    assert status == code
-    assert headers["Content-Type"].split(";")[0] == "application/problem+json"
-    problem = json.loads(body)
-    assert problem["status"] == code
-    assert isinstance(problem["title"], str) and problem["title"]
-    assert isinstance(problem["detail"], str) and problem["detail"]
 
 
 def expected(spec: str, size: int) -> tuple[int, int]:
@@ -235,7 +206,7 @@ async def test_empty_object(server: RunningServer, http: aiohttp.ClientSession) 
     # No range can overlap zero bytes (RFC 9110 §14.1.2): every form is 416.
     for spec in ("0-0", "0-", "-1", "-100", "5-10"):
         status, headers, body = await fetch(http, url, {"Range": f"bytes={spec}"})
-        assert_problem(status, headers, body, 416)
+        assert_problem((status, headers, body), 416)
         assert headers["Content-Range"] == "bytes */0", spec
 
 
@@ -259,7 +230,7 @@ async def test_unsatisfiable_range_is_416(
     status, headers, body = await fetch(
         http, f"{server.url}/objects/{path}", {"Range": f"bytes={spec}"}
     )
-    assert_problem(status, headers, body, 416)
+    assert_problem((status, headers, body), 416)
     assert headers["Content-Range"] == f"bytes */{FILES[path]}"
 
 
@@ -409,7 +380,7 @@ async def test_a_thousand_ranges_is_416_and_the_server_carries_on(
     header = "bytes=" + ",".join(f"{i}-{i}" for i in range(1000))
     for _ in range(2):  # the object unknown to a spoke, then known and cached
         status, headers, body = await fetch(http, url, {"Range": header})
-        assert_problem(status, headers, body, 416)
+        assert_problem((status, headers, body), 416)
         assert headers["Content-Range"] == f"bytes */{len(data)}"
         await fetch(http, url)
     # The server is fine afterwards and still sends the right bytes.
@@ -430,7 +401,7 @@ async def test_257_ranges_are_416_on_the_aiohttp_routes_too(
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as one:
         assert (await fetch(one, f"{server.url}/healthz"))[0] == 200
         status, headers, body = await fetch(one, f"{server.url}/objects/{BIG}", {"Range": header})
-    assert_problem(status, headers, body, 416)
+    assert_problem((status, headers, body), 416)
     assert headers["Content-Range"] == f"bytes */{len(dataset[1][BIG])}"
 
 
@@ -458,7 +429,7 @@ async def test_a_thousand_realistic_ranges_is_416_problem_json(
     assert status == 416
     status2, _, body2 = await fetch(http, f"{server.url}/objects/{BIG}", {"Range": "bytes=0-9"})
     assert (status2, body2) == (206, data[:10])
-    assert_problem(status, headers, body, 416)
+    assert_problem((status, headers, body), 416)
 
 
 async def test_hub_and_spoke_send_identical_headers(

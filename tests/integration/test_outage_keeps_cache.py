@@ -11,7 +11,8 @@ import pytest
 
 from tests.conftest import CHUNK, SpokeFactory
 from tests.support.raw_http import raw_get
-from tests.support.servers import GatedBackend, RunningServer, settled_stats
+from tests.support.servers import GatedBackend, RunningServer
+from tests.support.waits import settled_stats
 
 
 async def test_failed_fills_evict_nothing(

@@ -8,7 +8,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import settled_stats
+from tests.support.waits import settled_stats
 
 
 async def test_a_pinned_prefix_survives_a_scan_that_evicts_everything_else(

@@ -11,6 +11,7 @@ import msgpack
 import pytest
 
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.http import stats
 from tests.support.servers import write_dataset
 
 SAMPLE = 16 * 1024
@@ -40,12 +41,6 @@ async def read_all(http: aiohttp.ClientSession, spoke: str, order: list[tuple[st
             assert await resp.read() == shards[path][offset:offset + SAMPLE]
             hits += resp.headers["X-Cache"] == "HIT"
     return hits
-
-
-async def stats(http: aiohttp.ClientSession, spoke: str) -> dict[str, float]:
-    async with http.get(f"{spoke}/stats") as resp:
-        result: dict[str, float] = await resp.json()
-        return result
 
 
 async def post_plan(http: aiohttp.ClientSession, spoke: str,

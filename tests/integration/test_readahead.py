@@ -7,13 +7,8 @@ from pathlib import Path
 import aiohttp
 
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import settled_stats
-
-
-async def stats(http: aiohttp.ClientSession, url: str) -> dict[str, int]:
-    async with http.get(f"{url}/stats") as resp:
-        result: dict[str, int] = await resp.json()
-        return result
+from tests.support.http import stats
+from tests.support.waits import settled_stats
 
 
 async def test_a_streaming_reader_is_read_ahead_of(

@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -19,7 +18,10 @@ import pytest
 from spoke.cache.store import ChunkStore
 from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import RunningServer, settled_stats
+from tests.support.cache_dir import chunk_files
+from tests.support.http import stats
+from tests.support.servers import RunningServer
+from tests.support.waits import settled_stats, wait_for_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 BIG = "ds/big.bin"
@@ -60,27 +62,6 @@ async def get_chunk(
         return resp.status, resp.headers["X-Cache"], await resp.read()
 
 
-async def raw_stats(http: aiohttp.ClientSession, spoke: RunningServer) -> dict[str, Any]:
-    async with http.get(f"{spoke.url}/stats") as resp:
-        doc: dict[str, Any] = await resp.json()
-        return doc
-
-
-async def stats_when(
-    http: aiohttp.ClientSession, spoke: RunningServer, ready: Callable[[dict[str, Any]], bool]
-) -> dict[str, Any]:
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            doc = await raw_stats(http, spoke)
-            if ready(doc):
-                return doc
-            await asyncio.sleep(0.01)
-
-
-def chunk_files(cache_dir: Path) -> int:
-    return sum(1 for p in (cache_dir / "chunks").glob("*/*") if p.is_file())
-
-
 async def test_an_answer_ends_before_its_chunk_is_stored_and_a_reread_is_a_memory_hit(
     held_spoke: tuple[RunningServer, HeldDisk], dataset: Dataset, http: aiohttp.ClientSession,
     tmp_path: Path,
@@ -90,14 +71,14 @@ async def test_an_answer_ends_before_its_chunk_is_stored_and_a_reread_is_a_memor
     # The disk is held, yet the cold answer ends (it would hang with a store-bound end).
     status, x_cache, body = await asyncio.wait_for(get_chunk(http, spoke, 2), WAIT_S)
     assert (status, x_cache, body) == (206, "MISS", data[2 * CHUNK : 3 * CHUNK])
-    doc = await raw_stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert (doc["chunks_storing"], doc["cached_chunks"]) == (1, 0)
-    assert chunk_files(tmp_path / "cache") == 0
+    assert len(chunk_files(tmp_path / "cache")) == 0
 
     # Read again while it is being stored: from memory, no second hub fetch.
     status, x_cache, body = await asyncio.wait_for(get_chunk(http, spoke, 2), WAIT_S)
     assert (status, x_cache, body) == (206, "HIT", data[2 * CHUNK : 3 * CHUNK])
-    doc = await raw_stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert (doc["hub_fetches"], doc["hits"], doc["misses"]) == (1, 1, 1)
     assert doc["bytes_served_hit"] == CHUNK
     cache = spoke.app[CACHE]
@@ -109,7 +90,7 @@ async def test_an_answer_ends_before_its_chunk_is_stored_and_a_reread_is_a_memor
     doc = await settled_stats(http, spoke.url)
     assert (doc["cached_chunks"], doc["used_bytes"], doc["hub_fetches"]) == (1, CHUNK, 1)
     assert doc["hits"] == 2
-    assert chunk_files(tmp_path / "cache") == 1
+    assert len(chunk_files(tmp_path / "cache")) == 1
     status, x_cache, body = await get_chunk(http, spoke, 2)
     assert (status, x_cache, body) == (206, "HIT", data[2 * CHUNK : 3 * CHUNK])
 
@@ -123,9 +104,9 @@ async def test_fetches_wait_while_the_disk_holds_as_many_chunks_as_can_be_fetche
     for index in (0, 1):
         assert (await get_chunk(http, spoke, index))[1] == "MISS"
     third = asyncio.create_task(get_chunk(http, spoke, 5))
-    await stats_when(http, spoke, lambda doc: doc["misses"] == 3)  # the third read is in
+    await wait_for_stats(http, spoke.url, lambda doc: doc["misses"] == 3)  # the third read is in
     await asyncio.sleep(0.2)  # room for a fetch that should not start
-    doc = await raw_stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert not third.done()
     assert (doc["chunks_storing"], doc["hub_fetches"], doc["misses"]) == (2, 2, 3)
 
@@ -141,7 +122,7 @@ async def test_a_purge_takes_chunks_still_being_stored_and_none_land_after_it(
 ) -> None:
     spoke, disk = held_spoke
     assert (await get_chunk(http, spoke, 3))[1] == "MISS"
-    assert (await raw_stats(http, spoke))["chunks_storing"] == 1
+    assert (await stats(http, spoke.url))["chunks_storing"] == 1
 
     async def purge() -> int:
         async with http.delete(f"{spoke.url}/cache/{BIG}") as resp:
@@ -156,5 +137,5 @@ async def test_a_purge_takes_chunks_still_being_stored_and_none_land_after_it(
     assert await asyncio.wait_for(purging, WAIT_S) == 1
     doc = await settled_stats(http, spoke.url)
     assert (doc["cached_chunks"], doc["used_bytes"], doc["purged_chunks"]) == (0, 0, 1)
-    assert chunk_files(tmp_path / "cache") == 0
+    assert len(chunk_files(tmp_path / "cache")) == 0
     assert (await get_chunk(http, spoke, 3))[1] == "MISS"

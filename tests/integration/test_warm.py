@@ -11,24 +11,9 @@ import aiohttp
 import pytest
 
 from tests.conftest import CHUNK, FILES
+from tests.support.http import stats
 from tests.support.servers import GatedBackend, RunningServer
-
-
-async def wait_job(http: aiohttp.ClientSession, spoke: str, job_id: str) -> dict[str, object]:
-    for _ in range(400):
-        async with http.get(f"{spoke}/warm/{job_id}") as resp:
-            assert resp.status == 200
-            job: dict[str, object] = await resp.json()
-        if job["state"] != "running":
-            return job
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"warm job {job_id} still running")
-
-
-async def stats(http: aiohttp.ClientSession, spoke: str) -> dict[str, int]:
-    async with http.get(f"{spoke}/stats") as resp:
-        result: dict[str, int] = await resp.json()
-        return result
+from tests.support.waits import wait_warm
 
 
 async def test_prewarm_prefix_then_every_read_is_a_hit(
@@ -39,7 +24,7 @@ async def test_prewarm_prefix_then_every_read_is_a_hit(
         assert resp.status == 202
         started = await resp.json()
         assert resp.headers["Location"] == f"/warm/{started['id']}"
-    job = await wait_job(http, spoke.url, started["id"])
+    job = await wait_warm(http, spoke.url, started["id"])
     ds = {p: size for p, size in FILES.items() if p.startswith("ds/")}
     chunks = sum(-(-size // CHUNK) for size in ds.values())
     assert job["state"] == "done"
@@ -66,7 +51,7 @@ async def test_prewarm_paths_counts_cached_chunks_as_done(
         await resp.read()
     async with http.post(f"{spoke.url}/warm",
                          json={"paths": ["ds/exact.bin", "ds/small.bin"]}) as resp:
-        job = await wait_job(http, spoke.url, (await resp.json())["id"])
+        job = await wait_warm(http, spoke.url, (await resp.json())["id"])
     assert job["state"] == "done"
     assert (job["chunks_done"], job["chunks_fetched"]) == (5, 1)
 
@@ -86,7 +71,7 @@ async def test_cancel_a_running_warm_job(
             assert (await resp.json())["state"] == "cancelled"
     finally:
         gated.gate.set()
-    job = await wait_job(http, spoke.url, job_id)
+    job = await wait_warm(http, spoke.url, job_id)
     assert job["state"] == "cancelled"
     assert job["chunks_done"] < job["chunks_total"] == 41
 
@@ -95,7 +80,7 @@ async def test_warm_of_a_missing_object_fails_with_its_error(
     spoke: RunningServer, http: aiohttp.ClientSession
 ) -> None:
     async with http.post(f"{spoke.url}/warm", json={"paths": ["ds/nope.bin"]}) as resp:
-        job = await wait_job(http, spoke.url, (await resp.json())["id"])
+        job = await wait_warm(http, spoke.url, (await resp.json())["id"])
     assert job["state"] == "failed"
     assert job["error_count"] == 1 and "ds/nope.bin" in str(job["errors"])
 

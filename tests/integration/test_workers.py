@@ -5,7 +5,6 @@ its connection, are counted by the owner, never fetch, and never outlive a purge
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import resource
 import signal
@@ -19,7 +18,8 @@ from loadtest.bench import process_tree
 from loadtest.procs import Process, start_process
 from spoke.workers.cpus import spread
 from tests.conftest import CHUNK
-from tests.support.raw_http import raw_get
+from tests.support.http import blocking_stats
+from tests.support.raw_http import connect, exchange, raw_get, request
 from tests.support.servers import GatedBackend, RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -37,42 +37,9 @@ async def workers(hub: RunningServer, tmp_path: Path) -> AsyncIterator[Process]:
     await asyncio.to_thread(spoke.stop)
 
 
-def host_port(server: Process) -> tuple[str, int]:
-    host, port = server.url.removeprefix("http://").split(":")
-    return host, int(port)
-
-
-async def exchange(server: Process, *requests: bytes) -> list[tuple[int, dict[str, str], bytes]]:
-    """Send ``requests`` pipelined on one new connection; their answers, in order."""
-    reader, writer = await asyncio.open_connection(*host_port(server))
-    writer.write(b"".join(requests))
-    answers = []
-    try:
-        for _ in requests:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            lines = head.decode("latin-1").split("\r\n")
-            fields = {k.lower(): v for k, _, v in (ln.partition(": ") for ln in lines[1:] if ln)}
-            body = await asyncio.wait_for(
-                reader.readexactly(int(fields.get("content-length", "0"))), 10)
-            answers.append((int(lines[0].split()[1]), fields, body))
-    finally:
-        writer.close()
-    return answers
-
-
-def get(path: str, *fields: str) -> bytes:
-    return ("\r\n".join([f"GET {path} HTTP/1.1", "Host: spoke", *fields]) + "\r\n\r\n").encode()
-
-
-def stats(server: Process) -> dict[str, int]:
-    with urllib.request.urlopen(f"{server.url}/stats", timeout=10) as reply:
-        data: dict[str, int] = json.loads(reply.read())
-        return data
-
-
 async def warm(server: Process) -> str:
     """Read all of BIG (not a plain read: the owner answers); the owner's id prefix."""
-    [answer] = await exchange(server, get(f"/objects/{BIG}"))
+    [answer] = await exchange(server.url, request(f"/objects/{BIG}"))
     assert answer[0] == 200
     return process_of(answer)
 
@@ -86,17 +53,18 @@ async def test_hits_are_served_by_both_processes_and_counted_once_by_the_owner(
 ) -> None:
     data = dataset[1][BIG]
     await warm(workers)
-    before = await asyncio.to_thread(stats, workers)
+    before = await asyncio.to_thread(blocking_stats, workers.url)
     assert before["reader_workers"] == 1
     reads = [(i * 1000, i * 1000 + 99) for i in range(CONNECTIONS)]
     answers = await asyncio.gather(*(
-        exchange(workers, get(f"/objects/{BIG}", f"Range: bytes={a}-{b}")) for a, b in reads))
+        exchange(workers.url, request(f"/objects/{BIG}", f"Range: bytes={a}-{b}"))
+        for a, b in reads))
     for (a, b), [answer] in zip(reads, answers, strict=True):
         assert (answer[0], answer[1]["x-cache"], answer[2]) == (206, "HIT", data[a:b + 1])
     assert len({process_of(answer) for [answer] in answers}) == 2
     # Reader workers report every 50 ms: the owner counts every hit, fetches nothing.
     for _ in range(100):
-        after = await asyncio.to_thread(stats, workers)
+        after = await asyncio.to_thread(blocking_stats, workers.url)
         if after["hits"] - before["hits"] == CONNECTIONS:
             break
         await asyncio.sleep(0.05)
@@ -112,16 +80,16 @@ async def test_what_a_reader_declines_the_owner_answers_on_the_same_connection(
     # Cold reads (misses) pipelined with a plain read and a management route: the
     # reader passes the connection and the bytes it read; the owner answers all three.
     requests = [
-        get(f"/objects/{BIG}", f"Range: bytes={5 * CHUNK}-{5 * CHUNK + 9}"),
-        get(f"/objects/{BIG}", f"Range: bytes={5 * CHUNK + 10}-{5 * CHUNK + 19}"),
-        get("/healthz"),
+        request(f"/objects/{BIG}", f"Range: bytes={5 * CHUNK}-{5 * CHUNK + 9}"),
+        request(f"/objects/{BIG}", f"Range: bytes={5 * CHUNK + 10}-{5 * CHUNK + 19}"),
+        request("/healthz"),
     ]
-    answers = await asyncio.gather(*(exchange(workers, *requests) for _ in range(CONNECTIONS)))
+    answers = await asyncio.gather(*(exchange(workers.url, *requests) for _ in range(CONNECTIONS)))
     for first, second, health in answers:
         assert (first[0], first[2]) == (206, data[5 * CHUNK:5 * CHUNK + 10])
         assert (second[0], second[2]) == (206, data[5 * CHUNK + 10:5 * CHUNK + 20])
         assert health[0] == 200
-    counts = await asyncio.to_thread(stats, workers)
+    counts = await asyncio.to_thread(blocking_stats, workers.url)
     assert counts["handed_over_connections"] >= 1
     assert counts["hub_fetches"] == 1  # one chunk, fetched once for every connection
 
@@ -130,9 +98,9 @@ async def test_no_process_serves_a_purged_chunk_once_the_purge_has_answered(
     workers: Process, gated: GatedBackend
 ) -> None:
     owner = await warm(workers)
-    plain = get(f"/objects/{BIG}", "Range: bytes=0-99")
+    plain = request(f"/objects/{BIG}", "Range: bytes=0-99")
     streams = await asyncio.gather(
-        *(asyncio.open_connection(*host_port(workers)) for _ in range(CONNECTIONS)))
+        *(connect(workers.url) for _ in range(CONNECTIONS)))
 
     async def read_on_each() -> list[tuple[int, str]]:
         answers = []
@@ -149,8 +117,8 @@ async def test_no_process_serves_a_purged_chunk_once_the_purge_has_answered(
         assert {status for status, _ in before} == {206}
         assert {prefix for _, prefix in before} - {owner}  # readers hold open chunk files
         # By prefix: manifests stay fresh, only the chunks go (what readers must drop).
-        request = urllib.request.Request(f"{workers.url}/cache/ds/", method="DELETE")
-        await asyncio.to_thread(urllib.request.urlopen, request, timeout=10)
+        purge = urllib.request.Request(f"{workers.url}/cache/ds/", method="DELETE")
+        await asyncio.to_thread(urllib.request.urlopen, purge, timeout=10)
         gated.fail_reads = True  # the hub cannot give the bytes back: a 206 now is purged bytes
         after = await read_on_each()
     finally:
@@ -164,8 +132,8 @@ async def test_readers_keep_serving_past_the_manifest_ttl(workers: Process) -> N
     # these reads, yet revalidates what readers read before their copy expires, so a
     # reader never finds it stale and hands its connection over mid-stream.
     owner = await warm(workers)
-    before = await asyncio.to_thread(stats, workers)
-    plain = get(f"/objects/{BIG}", "Range: bytes=0-99")
+    before = await asyncio.to_thread(blocking_stats, workers.url)
+    plain = request(f"/objects/{BIG}", "Range: bytes=0-99")
 
     async def read(stream: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> str:
         reader, writer = stream
@@ -176,7 +144,7 @@ async def test_readers_keep_serving_past_the_manifest_ttl(workers: Process) -> N
         return head.split(b"X-Request-Id: ")[1][:8].decode()
 
     streams = await asyncio.gather(
-        *(asyncio.open_connection(*host_port(workers)) for _ in range(CONNECTIONS)))
+        *(connect(workers.url) for _ in range(CONNECTIONS)))
     ours = []
     for stream in streams:
         if await read(stream) != owner:
@@ -193,7 +161,7 @@ async def test_readers_keep_serving_past_the_manifest_ttl(workers: Process) -> N
     finally:
         for _, writer in ours:
             writer.close()
-    after = await asyncio.to_thread(stats, workers)
+    after = await asyncio.to_thread(blocking_stats, workers.url)
     assert after["manifest_fetches"] > before["manifest_fetches"]  # revalidated meanwhile
 
 
@@ -205,7 +173,7 @@ async def test_reader_workers_stop_with_the_spoke(hub: RunningServer, tmp_path: 
     try:
         readers = [pid for pid in process_tree(spoke.pid) if pid != spoke.pid]
         assert len(readers) == 2
-        assert (await asyncio.to_thread(stats, spoke))["reader_workers"] == 2
+        assert (await asyncio.to_thread(blocking_stats, spoke.url))["reader_workers"] == 2
     finally:
         assert await asyncio.to_thread(spoke.stop) == 0
     for pid in readers:
@@ -265,12 +233,12 @@ async def test_after_a_restart_readers_ask_the_owner_what_they_do_not_know(
         await asyncio.to_thread(first.stop)
     again = await asyncio.to_thread(start_process, "spoke", args)
     try:
-        plain = get(f"/objects/{BIG}", "Range: bytes=10-19")
-        answers = await asyncio.gather(*(exchange(again, plain) for _ in range(CONNECTIONS)))
+        plain = request(f"/objects/{BIG}", "Range: bytes=10-19")
+        answers = await asyncio.gather(*(exchange(again.url, plain) for _ in range(CONNECTIONS)))
         assert {(a[0], a[1]["x-cache"], a[2]) for [a] in answers} == {(206, "HIT", data[10:20])}
         owner = await warm(again)
         assert {process_of(a) for [a] in answers} - {owner}  # readers answered some
-        assert (await asyncio.to_thread(stats, again))["hub_fetches"] == 0
+        assert (await asyncio.to_thread(blocking_stats, again.url))["hub_fetches"] == 0
     finally:
         await asyncio.to_thread(again.stop)
 
@@ -281,14 +249,14 @@ async def test_a_read_the_owner_cannot_place_is_handed_over_whole(
     # A reader asks about a path the hub does not have; told "unknown", it hands the
     # connection over with the request it was holding and the one pipelined after it.
     data = dataset[1][BIG]
-    requests = [get("/objects/ds/nope.bin", "Range: bytes=0-9"),
-                get(f"/objects/{BIG}", "Range: bytes=0-9")]
-    answers = await asyncio.gather(*(exchange(workers, *requests) for _ in range(CONNECTIONS)))
+    requests = [request("/objects/ds/nope.bin", "Range: bytes=0-9"),
+                request(f"/objects/{BIG}", "Range: bytes=0-9")]
+    answers = await asyncio.gather(*(exchange(workers.url, *requests) for _ in range(CONNECTIONS)))
     for missing, found in answers:
         assert missing[0] == 404
         assert missing[1]["content-type"].startswith("application/problem+json")
         assert (found[0], found[2]) == (206, data[0:10])
-    assert (await asyncio.to_thread(stats, workers))["handed_over_connections"] >= 1
+    assert (await asyncio.to_thread(blocking_stats, workers.url))["handed_over_connections"] >= 1
 
 
 async def test_a_large_range_is_answered_alike_by_either_process(
@@ -300,7 +268,7 @@ async def test_a_large_range_is_answered_alike_by_either_process(
     owner = await warm(workers)
     a, b = CHUNK + 11, 6 * CHUNK + 5  # 6 chunks, ~320 KiB
     answers = await asyncio.gather(*(
-        exchange(workers, get(f"/objects/{BIG}", f"Range: bytes={a}-{b}"))
+        exchange(workers.url, request(f"/objects/{BIG}", f"Range: bytes={a}-{b}"))
         for _ in range(CONNECTIONS)))
     heads: dict[bool, list[dict[str, str]]] = {}
     for [(status, fields, body)] in answers:
@@ -319,7 +287,7 @@ async def test_a_reader_that_dies_is_replaced(workers: Process, dataset: Dataset
     counts: dict[str, int] = {}
     for _ in range(100):  # replaced after a 1 s pause
         try:
-            counts = await asyncio.to_thread(stats, workers)
+            counts = await asyncio.to_thread(blocking_stats, workers.url)
         except OSError:  # a connection the kernel gave the dying reader: reset
             continue
         if counts["reader_restarts"] == 1 and counts["reader_workers"] == 1:
@@ -328,8 +296,8 @@ async def test_a_reader_that_dies_is_replaced(workers: Process, dataset: Dataset
     assert (counts["reader_restarts"], counts["reader_workers"]) == (1, 1)
     [replacement] = [pid for pid in process_tree(workers.pid) if pid != workers.pid]
     assert replacement != reader
-    plain = get(f"/objects/{BIG}", "Range: bytes=0-99")
-    answers = await asyncio.gather(*(exchange(workers, plain) for _ in range(CONNECTIONS)))
+    plain = request(f"/objects/{BIG}", "Range: bytes=0-99")
+    answers = await asyncio.gather(*(exchange(workers.url, plain) for _ in range(CONNECTIONS)))
     assert {(a[0], a[2]) for [a] in answers} == {(206, data[:100])}
     assert {process_of(a) for [a] in answers} - {owner}  # the new reader serves
 
@@ -337,17 +305,17 @@ async def test_a_reader_that_dies_is_replaced(workers: Process, dataset: Dataset
 async def test_a_cold_read_on_either_process_asks_for_its_first_chunk_with_the_manifest(
     workers: Process, dataset: Dataset
 ) -> None:
-    [learned] = await exchange(workers, get("/objects/ds/one-byte.bin"))  # the chunk size
+    [learned] = await exchange(workers.url, request("/objects/ds/one-byte.bin"))  # the chunk size
     assert learned[0] == 200
-    before = await asyncio.to_thread(stats, workers)
+    before = await asyncio.to_thread(blocking_stats, workers.url)
     paths = ["ds/small.bin", "ds/exact.bin", "ds/partial.bin", "other/notes.csv", BIG]
     answers = await asyncio.gather(*(
-        exchange(workers, get(f"/objects/{path}", "Range: bytes=0-99")) for path in paths))
+        exchange(workers.url, request(f"/objects/{path}", "Range: bytes=0-99")) for path in paths))
     for path, [answer] in zip(paths, answers, strict=True):
         assert (answer[0], answer[2]) == (206, dataset[1][path][:100])
     # A reader that knows nothing of the object tells the owner where the read starts,
     # and the owner's fetch of that chunk goes with the manifest's, as for its own reads.
-    after = await asyncio.to_thread(stats, workers)
+    after = await asyncio.to_thread(blocking_stats, workers.url)
     grew = {k: after[k] - before[k] for k in ("early_fetches", "early_fetches_used", "hub_fetches")}
     assert grew == {"early_fetches": 5, "early_fetches_used": 5, "hub_fetches": 5}
 
@@ -383,7 +351,7 @@ async def test_cpu_affinity_spread_binds_every_process_and_its_replacement(
         for _ in range(200):  # the owner waits RESTART_PAUSE_S (1 s) before replacing it
             await asyncio.sleep(0.05)
             try:
-                counts = await asyncio.to_thread(stats, spoke)
+                counts = await asyncio.to_thread(blocking_stats, spoke.url)
             except OSError:  # queued on the killed reader's socket as it died: reset
                 continue
             if counts["reader_restarts"] == 1 and counts["reader_workers"] == 3:
@@ -416,9 +384,9 @@ async def test_a_partly_cached_read_during_an_outage_gets_503_from_either_proces
 ) -> None:
     # Chunk 0 cached, chunk 1 not; then the hub goes. A reader worker hands the read
     # over (it holds no hub), and the owner must answer it a 503, not cut it.
-    [answer] = await exchange(workers, get(f"/objects/{BIG}", "Range: bytes=0-99"))
+    [answer] = await exchange(workers.url, request(f"/objects/{BIG}", "Range: bytes=0-99"))
     assert answer[0] == 206
-    before = await asyncio.to_thread(stats, workers)
+    before = await asyncio.to_thread(blocking_stats, workers.url)
     await hub.stop()
     answers = await asyncio.gather(*(
         raw_get(workers.url, f"/objects/{BIG}", f"Range: bytes=100-{2 * CHUNK - 1}")
@@ -426,5 +394,5 @@ async def test_a_partly_cached_read_during_an_outage_gets_503_from_either_proces
     for reply in answers:
         assert (reply.status, reply.complete) == (503, True), reply.describe()
         assert int(reply.headers["retry-after"]) >= 1
-    after = await asyncio.to_thread(stats, workers)
+    after = await asyncio.to_thread(blocking_stats, workers.url)
     assert after["handed_over_connections"] > before["handed_over_connections"]

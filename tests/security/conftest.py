@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -13,17 +11,16 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yarl
-from multidict import CIMultiDictProxy
 
 from hub.config import HubConfig
 from protocol.auth import issue
 from spoke.config import SpokeConfig
 from tests.conftest import CHUNK
+from tests.support.http import Response, assert_problem
 from tests.support.servers import RunningServer, start_hub, start_spoke
 
 Dataset = tuple[Path, dict[str, bytes]]
 Mint = Callable[..., str]
-Response = tuple[int, CIMultiDictProxy[str], bytes]
 AuthSpokeFactory = Callable[..., Awaitable[RunningServer]]
 
 
@@ -104,25 +101,10 @@ def problem(response: Response, status: int) -> dict[str, object]:
     """The problem+json body of ``response``, after checking its status and type
     (an empty dict for a HEAD answer, which has no body)."""
     code, headers, body = response
+    if body:
+        return assert_problem(response, status)
     assert code == status, body
     assert headers["Content-Type"].split(";")[0] == "application/problem+json"
-    if not body:
-        return {}
-    doc = json.loads(body)
-    assert isinstance(doc, dict)
-    assert doc["status"] == status and doc["title"] and doc["detail"]
-    return doc
+    return {}
 
 
-async def wait_warm(
-    http: aiohttp.ClientSession, url: str, token: str, job_id: str
-) -> dict[str, object]:
-    """Warm job ``job_id`` once it has finished, as ``token`` sees it (10 s at most)."""
-    for _ in range(400):
-        response = await call(http, f"{url}/warm/{job_id}", token)
-        assert response[0] == 200, response[2]
-        job: dict[str, object] = json.loads(response[2])
-        if job["state"] != "running":
-            return job
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"warm job {job_id} still running")

@@ -3,7 +3,6 @@ filtered listings, admin-only endpoints, and no token in any log line."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -18,7 +17,9 @@ from hub.config import HubConfig
 from service import auth
 from tests.conftest import CHUNK, FILES
 from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call, problem, write_secret
-from tests.support.servers import RunningServer, settled_stats, start_hub
+from tests.support.raw_http import raw_request
+from tests.support.servers import RunningServer, start_hub
+from tests.support.waits import settled_stats
 
 CHALLENGE = 'Bearer realm="hubspoke"'
 
@@ -313,26 +314,11 @@ async def test_no_encoding_of_the_path_crosses_a_prefix(
     token = mint("a", ["ds/"])
     secret = dataset[1]["other/notes.csv"]
     for target in CROSSING_TARGETS:
-        status, body = await raw_get(server.url, target, token)
+        status, _, body = await raw_request(server.url, target, f"Authorization: Bearer {token}")
         assert status in (400, 403, 404), (target, status)
         assert secret[:64] not in body and b"notes.csv" not in body.split(b"detail")[0], target
-    status, body = await raw_get(server.url, "/objects/ds/small.bin", token)
+    status, _, body = await raw_request(
+        server.url, "/objects/ds/small.bin", f"Authorization: Bearer {token}")
     assert status == 200 and body == dataset[1]["ds/small.bin"]
 
 
-async def raw_get(base_url: str, target: str, token: str) -> tuple[int, bytes]:
-    """``target`` byte for byte as the request-target (no client-side normalisation)."""
-    url = yarl.URL(base_url)
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    try:
-        writer.write(
-            f"GET {target} HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
-            f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode("latin-1")
-        )
-        await writer.drain()
-        data = await asyncio.wait_for(reader.read(), timeout=10)
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), body

@@ -48,12 +48,12 @@ from tests.security.conftest import Mint, call
 from tests.support.servers import (
     Process,
     RunningServer,
-    settled_stats,
     start_hub,
     start_process,
     start_spoke,
 )
 from tests.support.tenant_links import OWN, TO_A, files_holding_a, leaks, plant_tenant_links
+from tests.support.waits import settled_stats
 
 Dataset = tuple[Path, dict[str, bytes]]
 

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import aiohttp
 
 from tests.conftest import CHUNK, SpokeFactory
 from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call
+from tests.support.cache_dir import chunk_files
 from tests.support.clock import FakeClock
-from tests.support.servers import settled_stats
-
-
-def chunk_files(cache_dir: Path) -> int:
-    return sum(len(files) for _, _, files in os.walk(cache_dir / "chunks"))
+from tests.support.waits import settled_stats
 
 
 async def test_tenant_bytes_and_quota(
@@ -64,7 +60,7 @@ async def test_max_age_drops_old_chunks_even_with_room_left(
     assert await cache.expire() == 0  # young chunks stay
     clock.advance(2)
     assert await cache.expire() == 6
-    assert cache.used_bytes == 0 and chunk_files(tmp_path / "cache") == 0
+    assert cache.used_bytes == 0 and len(chunk_files(tmp_path / "cache")) == 0
     async with http.get(f"{spoke.url}/stats") as resp:
         assert (await resp.json())["expired_chunks"] == 6
     async with http.get(f"{spoke.url}/objects/ds/partial.bin") as resp:
@@ -90,14 +86,14 @@ async def test_an_object_deleted_at_the_hub_is_dropped_after_the_ttl(
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         await resp.read()
     await settled_stats(http, spoke.url)
-    assert chunk_files(tmp_path / "cache") == 4
+    assert len(chunk_files(tmp_path / "cache")) == 4
     (root / "ds" / "exact.bin").unlink()
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         assert resp.status == 200  # still within the TTL
     clock.advance(0.201)  # past it
     async with http.get(f"{spoke.url}/objects/ds/exact.bin") as resp:
         assert resp.status == 404
-    assert chunk_files(tmp_path / "cache") == 0
+    assert len(chunk_files(tmp_path / "cache")) == 0
     async with http.get(f"{spoke.url}/stats") as resp:
         stats = await resp.json()
     assert (stats["used_bytes"], stats["purged_chunks"]) == (0, 4)

@@ -12,8 +12,8 @@ import json
 import aiohttp
 
 from tests.conftest import CHUNK, FILES
-from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call, problem, wait_warm
-from tests.support.servers import settled_stats
+from tests.security.conftest import AuthSpokeFactory, Dataset, Mint, call, problem
+from tests.support.waits import settled_stats, wait_warm
 
 DS_BYTES = sum(size for path, size in FILES.items() if path.startswith("ds/"))
 
@@ -29,7 +29,7 @@ async def test_warm_prefix_matches_whole_segments_and_books_the_warming_tenant(
     admin = mint("team-d", ["ds/"], admin=True)
     status, _, body = await call(http, f"{spoke.url}/warm", admin, "POST", json={"prefix": "ds"})
     assert status == 202, body
-    job = await wait_warm(http, spoke.url, admin, json.loads(body)["id"])
+    job = await wait_warm(http, spoke.url, json.loads(body)["id"], admin)
     assert job["bytes_total"] == DS_BYTES, job  # not dsbank/vault.bin
     everything = mint("ops", [""], admin=True)
     stats = await settled_stats(http, spoke.url, headers={"Authorization": f"Bearer {everything}"})
@@ -87,7 +87,7 @@ async def test_a_warm_job_is_a_404_to_every_other_tenant(
     assert status == 202, body
     job_id = json.loads(body)["id"]
     await assert_hidden(http, f"{spoke.url}/warm", job_id, other)
-    assert (await wait_warm(http, spoke.url, owner, job_id))["state"] == "done"
+    assert (await wait_warm(http, spoke.url, job_id, owner))["state"] == "done"
 
 
 async def assert_hidden(

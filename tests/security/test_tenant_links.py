@@ -20,9 +20,10 @@ import pytest
 from hub.config import HubConfig
 from loadtest.procs import start_process
 from tests.conftest import CHUNK
-from tests.security.conftest import Mint, call, wait_warm
+from tests.security.conftest import Mint, call
 from tests.support.servers import RunningServer, start_hub, start_spoke
 from tests.support.tenant_links import OWN, SECRET, TO_A, files_holding_a, leaks, plant_tenant_links
+from tests.support.waits import wait_warm
 
 
 @pytest.fixture
@@ -136,7 +137,7 @@ async def assert_b_admin_cannot_pull_a_in(
     admin = mint("b", ["b/"], admin=True)
     status, _, body = await call(http, f"{url}/warm", admin, "POST", json={"prefix": "b/"})
     assert status == 202, body
-    doc = await wait_warm(http, url, admin, json.loads(body)["id"])
+    doc = await wait_warm(http, url, json.loads(body)["id"], admin)
     assert doc["bytes_total"] == len(OWN), doc
     reads = [[path, 0, 100] for path in TO_A if path.startswith("b/")]
     status, _, body = await call(http, f"{url}/plans", admin, "POST", json={"reads": reads})

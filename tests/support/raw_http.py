@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import NamedTuple
 
 READ_TIMEOUT_S = 15.0
 
@@ -27,7 +28,7 @@ class RawAnswer:
 
 def request(target: str, *fields: str, method: str = "GET") -> bytes:
     lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", *fields]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> RawAnswer:
@@ -49,6 +50,61 @@ async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> RawA
     return RawAnswer(status, headers, bytes(body), len(body) == length)
 
 
+async def connect(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection to ``url`` (``http://host:port``)."""
+    host, port = url.removeprefix("http://").split(":")
+    return await asyncio.open_connection(host, int(port))
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """The next answer on ``reader``, which must come whole: a cut raises
+    (``IncompleteReadError``), where :func:`read_answer` reports it."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
+    length = int(headers.get("content-length", "0"))
+    body = await asyncio.wait_for(reader.readexactly(length), READ_TIMEOUT_S)
+    return status, headers, body
+
+
+async def exchange(url: str, *requests: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """Send ``requests`` pipelined on one new connection to ``url``; their whole
+    answers, in order."""
+    reader, writer = await connect(url)
+    writer.write(b"".join(requests))
+    try:
+        return [await read_response(reader) for _ in requests]
+    finally:
+        writer.close()
+
+
+class RawResponse(NamedTuple):
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes  # all that came before the server closed
+
+
+async def raw_request(url: str, target: str, *fields: str, method: str = "GET") -> RawResponse:
+    """Send ``target`` byte for byte as the request-target (no client-side
+    normalisation) on a new connection to ``url``; read until the server closes."""
+    reader, writer = await connect(url)
+    try:
+        writer.write(request(target, *fields, "Connection: close", method=method))
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), timeout=10)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return RawResponse(int(status_line.split()[1]), headers, body)
+
+
 async def raw_get(
     url: str, target: str, *fields: str, through_aiohttp: bool = False
 ) -> RawAnswer:
@@ -58,8 +114,7 @@ async def raw_get(
     at its first request that is not a read (here ``/healthz``), so the read that
     follows on it is answered by the aiohttp handler instead.
     """
-    host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    reader, writer = await connect(url)
     try:
         if through_aiohttp:
             writer.write(request("/healthz"))

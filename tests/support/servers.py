@@ -6,14 +6,11 @@ In-process servers (same event loop as the test) for most tests; subprocesses
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from hub.app import make_app as make_hub_app
@@ -24,6 +21,7 @@ from service.runner import start_site
 from spoke.app import make_app as make_spoke_app
 from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.config import SpokeConfig
+from tests.support.waits import settled_stats
 
 
 @dataclass
@@ -34,25 +32,6 @@ class RunningServer:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
-
-
-async def settled_stats(
-    http: aiohttp.ClientSession, spoke_url: str, timeout_s: float = 10.0,
-    headers: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The spoke's /stats once no chunk is being fetched or stored.
-
-    An answer ends when its bytes are verified, and its chunks land on disk just
-    after; a test that checks what is stored waits for this first.
-    """
-    async with asyncio.timeout(timeout_s):
-        while True:
-            async with http.get(f"{spoke_url}/stats", headers=headers) as resp:
-                assert resp.status == 200
-                doc: dict[str, Any] = await resp.json()
-            if doc["hub_fetches_in_flight"] == 0 and doc["chunks_storing"] == 0:
-                return doc
-            await asyncio.sleep(0.01)
 
 
 async def start_hub(config: HubConfig, backend: Backend | None = None) -> RunningServer:
@@ -142,5 +121,5 @@ class _GatedObject:
         self._inner.close()
 
 
-__all__ = ["GatedBackend", "Process", "RunningServer", "start_hub", "start_process",
-           "start_spoke", "write_dataset"]
+__all__ = ["GatedBackend", "Process", "RunningServer", "settled_stats", "start_hub",
+           "start_process", "start_spoke", "write_dataset"]

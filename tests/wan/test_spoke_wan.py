@@ -35,7 +35,10 @@ from hub.config import HubConfig
 from loadtest.wan import WanProxy, add_bandwidth, add_latency, create_hub_proxy, start_toxiproxy
 from spoke.serve.handlers import CONFIG
 from tests.conftest import CHUNK, SpokeFactory
-from tests.support.servers import RunningServer, settled_stats, start_hub
+from tests.support.cache_dir import chunk_files
+from tests.support.http import stats
+from tests.support.servers import RunningServer, start_hub
+from tests.support.waits import settled_stats, wait_for_stats
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,26 +128,6 @@ async def timed(
     return time.perf_counter() - started, reply
 
 
-async def stats(http: aiohttp.ClientSession, spoke: RunningServer) -> dict[str, Any]:
-    async with http.get(f"{spoke.url}/stats") as resp:
-        assert resp.status == 200
-        doc: dict[str, Any] = await resp.json()
-        return doc
-
-
-async def wait_for_stats(
-    http: aiohttp.ClientSession, spoke: RunningServer, check: Callable[[dict[str, Any]], bool],
-    timeout_s: float = 5.0,
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        doc = await stats(http, spoke)
-        if check(doc):
-            return doc
-        assert time.monotonic() < deadline, f"/stats never got there: {doc}"
-        await asyncio.sleep(0.01)
-
-
 async def api(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A (blocking, requests-based) Toxiproxy client call, off the event loop."""
     return await asyncio.to_thread(call, *args, **kwargs)
@@ -164,10 +147,6 @@ def cache_dir(spoke: RunningServer) -> Path:
     return Path(spoke.app[CONFIG].cache_dir)
 
 
-def chunk_files(spoke: RunningServer) -> list[Path]:
-    return [p for p in (cache_dir(spoke) / "chunks").rglob("*") if p.is_file()]
-
-
 def temp_files(spoke: RunningServer) -> list[str]:
     return os.listdir(cache_dir(spoke) / "tmp")
 
@@ -178,8 +157,8 @@ async def assert_disk_matches(
     """What /stats says is cached is exactly what is on disk, and no half-written file."""
     doc = await settled_stats(http, spoke.url)
     assert doc["cached_chunks"] == cached_chunks
-    assert len(chunk_files(spoke)) == cached_chunks
-    assert doc["used_bytes"] == sum(p.stat().st_size for p in chunk_files(spoke))
+    assert len(chunk_files(cache_dir(spoke))) == cached_chunks
+    assert doc["used_bytes"] == sum(p.stat().st_size for p in chunk_files(cache_dir(spoke)))
     assert temp_files(spoke) == []
 
 
@@ -199,7 +178,7 @@ async def test_latency_cold_read_crosses_the_link_warm_read_does_not(
     assert reply.status == 206 and reply.headers["X-Cache"] == "MISS"
     assert reply.body == chunk_bytes(files["ds/partial.bin"], 0)
     assert fresh >= LATENCY_S
-    assert (await stats(http, spoke))["early_fetches_used"] == 1
+    assert (await stats(http, spoke.url))["early_fetches_used"] == 1
 
     # Chunk only: the manifest is fetched by a HEAD first (HEAD fetches no chunk).
     url = f"{spoke.url}/objects/{BIG}"
@@ -221,7 +200,7 @@ async def test_latency_cold_read_crosses_the_link_warm_read_does_not(
     warm = statistics.median(warm_samples)
     assert warm < LATENCY_S
 
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert (doc["hub_fetches"], doc["manifest_fetches"], doc["hits"]) == (2, 2, 7)
     print(
         f"\n[wan] 60 ms link: fresh (manifest and chunk at once) {fresh * 1000:.1f} ms, "
@@ -270,17 +249,17 @@ async def _broken_transfer(
     read = asyncio.create_task(fetch(http, url, chunk_range(index)))
     try:
         if during:
-            await wait_for_stats(http, spoke, lambda s: s["hub_fetches_in_flight"] >= 1)
+            await wait_for_stats(http, spoke.url, lambda s: s["hub_fetches_in_flight"] >= 1)
             await asyncio.sleep(0.1)  # part of the chunk has crossed the link
             for proxy, toxic in during:
                 await api(proxy.add_toxic, **toxic)
         if lifted:
-            await wait_for_stats(http, spoke, lambda s: s["hub_retries"] >= 1)
+            await wait_for_stats(http, spoke.url, lambda s: s["hub_retries"] >= 1)
             await remove_all()
         reply = await asyncio.wait_for(read, 15)
     finally:
         read.cancel()
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
 
     if lifted:
         # The retry, on a clean link, delivered the whole verified chunk.
@@ -302,7 +281,7 @@ async def _broken_transfer(
     assert again.status == 206 and again.body == expected
     assert again.headers["X-Cache"] == ("HIT" if lifted else "MISS")
     await assert_disk_matches(http, spoke, 1)
-    assert (await stats(http, spoke))["verify_failures"] == 0
+    assert (await stats(http, spoke.url))["verify_failures"] == 0
 
 
 def retarget(api_url: str, wan: WanProxy, upstream: str) -> None:
@@ -394,14 +373,14 @@ async def test_held_data_times_out_with_504_and_retry_after(
     took, reply = await timed(http, url, chunk_range(2))
     assert_problem(reply, (504,))
     assert 2 * 0.5 * 0.9 <= took < 3.0
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert (doc["hub_timeouts"], doc["hub_retries"], doc["hub_fetches"]) == (2, 1, 3)
 
     # An object the spoke never saw: its manifest times out the same way.
     took_manifest, reply = await timed(http, f"{spoke.url}/objects/ds/exact.bin")
     assert_problem(reply, (504,))
     assert took_manifest < 3.0
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert doc["hub_timeouts"] == 4 and doc["breaker_state"] == "closed"
 
     # A cached chunk past the metadata TTL: served stale once the refresh times out.
@@ -412,7 +391,7 @@ async def test_held_data_times_out_with_504_and_retry_after(
     assert reply.headers["X-Cache-Stale"] == "hub-unreachable"
     assert took_stale < 3.0
     # The refresh that timed out finishes in the background (its second attempt).
-    doc = await wait_for_stats(http, spoke, lambda d: d["hub_timeouts"] >= 6)
+    doc = await wait_for_stats(http, spoke.url, lambda d: d["hub_timeouts"] >= 6)
     assert (doc["hub_timeouts"], doc["stale_manifests"], doc["stale_responses"]) == (6, 1, 1)
     await assert_disk_matches(http, spoke, 1)
 
@@ -467,7 +446,7 @@ async def test_outage_serves_cache_stale_fails_fast_and_recovers(
     # head (a 503 to retry), not sent its cached part and then cut.
     assert_problem(await fetch(http, big, chunk_range(0, 1)), (503,))
 
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert doc["breaker_state"] == "open" and doc["breaker_opened"] >= 1
     assert doc["breaker_rejected"] >= 1
     assert doc["stale_manifests"] >= 1 and doc["stale_responses"] == len(cached) + 1
@@ -491,7 +470,7 @@ async def test_outage_serves_cache_stale_fails_fast_and_recovers(
     assert reply.headers["X-Cache"] == "MISS" and "X-Cache-Stale" not in reply.headers
     reply = await fetch(http, f"{spoke.url}/objects/ds/small.bin")
     assert reply.status == 200 and "X-Cache-Stale" not in reply.headers  # fresh again
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert doc["breaker_state"] == "closed"
     print(f"\n[wan] outage: recovered {recovery * 1000:.0f} ms after the link returned "
           f"({attempts} reads; breaker opened {doc['breaker_opened']}x, "
@@ -562,7 +541,7 @@ async def test_sequential_cold_reads_reuse_connections(
         assert reply.status == 206 and reply.headers["X-Cache"] == "MISS"
         assert reply.body == chunk_bytes(files[BIG], index)
     took = time.perf_counter() - started
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert doc["hub_fetches"] == 20 and doc["manifest_fetches"] == 1
     assert 1 <= doc["hub_connections_opened"] <= 3
     assert took >= 21 * LATENCY_S
@@ -592,7 +571,7 @@ async def test_metrics_parse_and_fetch_histogram_counts_hub_fetches(
     assert histogram.type == "histogram"
     samples = {(s.name, s.labels.get("le")): s.value for s in histogram.samples}
     values = {s.name: s.value for f in families.values() for s in f.samples if not s.labels}
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
 
     assert doc["hub_fetches"] == reads
     assert samples[("spoke_hub_fetch_seconds_count", None)] == reads
@@ -621,7 +600,7 @@ async def test_fetch_histogram_counts_failed_fetches_too(
         text = await resp.text()
     values = {s.name: s.value for f in text_string_to_metric_families(text)
               for s in f.samples if not s.labels}
-    doc = await stats(http, spoke)
+    doc = await stats(http, spoke.url)
     assert (doc["hub_fetches"], doc["hub_timeouts"]) == (3, 2)
     assert values["spoke_hub_fetches_total"] == 3
     # Every fetch sent to the hub is one observation, whatever its outcome; the two
