@@ -35,6 +35,7 @@ from spoke.client.clients import (
     VersionChanged,
 )
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.clock import FakeClock
 from tests.support.servers import RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -203,7 +204,8 @@ async def test_open_file_never_mixes_versions(
     make_spoke: SpokeFactory, dataset: Dataset
 ) -> None:
     root, files = dataset
-    spoke = await make_spoke(meta_ttl_s=0.2)
+    clock = FakeClock()
+    spoke = await make_spoke(clock.clock(), meta_ttl_s=0.2)
     old = files["ds/big.bin"]
     new = bytes(b ^ 0x5A for b in old)
 
@@ -212,7 +214,7 @@ async def test_open_file_never_mixes_versions(
             f = client.open("ds/big.bin", buffer_size=CHUNK)
             assert f.read(CHUNK // 2) == old[: CHUNK // 2]
             (root / "ds/big.bin").write_bytes(new)
-            time.sleep(0.5)  # past the spoke's metadata TTL: it now knows the new version
+            clock.advance(0.2 + 0.001)  # past the metadata TTL: the spoke learns the new version
             with pytest.raises(VersionChanged) as changed:
                 f.read(2 * CHUNK)
             assert "ds/big.bin" in str(changed.value) and changed.value.status == 412

@@ -10,7 +10,6 @@ import asyncio
 import io
 import pickle
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from spoke.client.clients import VersionChanged
 from spoke.client.fsspec_fs import HubspokeFileSystem
 from tests.conftest import CHUNK, SpokeFactory
+from tests.support.clock import FakeClock
 from tests.support.servers import RunningServer
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -223,7 +223,8 @@ async def test_fsspec_file_is_pinned_to_its_version(
     make_spoke: SpokeFactory, dataset: Dataset
 ) -> None:
     root, files = dataset
-    spoke = await make_spoke(meta_ttl_s=0.2)
+    clock = FakeClock()
+    spoke = await make_spoke(clock.clock(), meta_ttl_s=0.2)
     old = files["ds/partial.bin"]
 
     def check() -> None:
@@ -231,7 +232,7 @@ async def test_fsspec_file_is_pinned_to_its_version(
         with fs.open("ds/partial.bin", block_size=CHUNK, cache_type="none") as f:
             assert f.read(100) == old[:100]
             (root / "ds/partial.bin").write_bytes(bytes(b ^ 0xA5 for b in old))
-            time.sleep(0.5)  # past the spoke's metadata TTL
+            clock.advance(0.2 + 0.001)  # past the metadata TTL: the spoke learns the new version
             with pytest.raises(VersionChanged, match=r"ds/partial\.bin"):
                 f.read(2 * CHUNK)
 
