@@ -108,12 +108,18 @@ class ReadPlan:
         key = _key(object_id, offset)
         lo = bisect.bisect_left(self._keys, key)
         hi = bisect.bisect_right(self._keys, key, lo)
-        floor = self.cursor - self._slack
+        cursor = self.cursor
+        floor = cursor - self._slack
         best = None
+        nearest = (math.inf, 0)
+        # The occurrence nearest the cursor, ties to the later one: early in an epoch a
+        # read of a sample also read late in the epoch before is this epoch's, not a
+        # late worker's (taking the earliest within the slack stalled the cursor there).
         for i in range(lo, hi):  # a handful: one per epoch the plan covers
             position = self._key_positions[i]
-            if position >= floor and (best is None or position < best):
-                best = position
+            distance = (abs(position - cursor), -position)
+            if position >= floor and distance < nearest:
+                best, nearest = position, distance
         if best is not None and best > self.cursor:
             self.cursor = best
             self.moved.set()
