@@ -111,15 +111,17 @@ class ReadPlan:
         cursor = self.cursor
         floor = cursor - self._slack
         best = None
-        nearest = (math.inf, 0)
+        best_gap = 0
         # The occurrence nearest the cursor, ties to the later one: early in an epoch a
         # read of a sample also read late in the epoch before is this epoch's, not a
         # late worker's (taking the earliest within the slack stalled the cursor there).
         for i in range(lo, hi):  # a handful: one per epoch the plan covers
             position = self._key_positions[i]
-            distance = (abs(position - cursor), -position)
-            if position >= floor and distance < nearest:
-                best, nearest = position, distance
+            if position < floor:
+                continue
+            gap = position - cursor if position >= cursor else cursor - position
+            if best is None or gap < best_gap or (gap == best_gap and position > best):
+                best, best_gap = position, gap
         if best is not None and best > self.cursor:
             self.cursor = best
             self.moved.set()
