@@ -102,12 +102,20 @@ class ReadPlan:
         key = _key(object_id, offset)
         lo = bisect.bisect_left(self._keys, key)
         hi = bisect.bisect_right(self._keys, key, lo)
-        floor = self.cursor - self._slack
+        cursor = self.cursor
+        floor = cursor - self._slack
         best = None
+        best_gap = 0
+        # The occurrence nearest the cursor, ties to the later one: early in an epoch a
+        # read of a sample also read late in the epoch before is this epoch's, not a
+        # late worker's (taking the earliest within the slack stalled the cursor there).
         for i in range(lo, hi):  # a handful: one per epoch the plan covers
             position = self._key_positions[i]
-            if position >= floor and (best is None or position < best):
-                best = position
+            if position < floor:
+                continue
+            gap = position - cursor if position >= cursor else cursor - position
+            if best is None or gap < best_gap or (gap == best_gap and position > best):
+                best, best_gap = position, gap
         if best is not None and best > self.cursor:
             self.cursor = best
             self.on_move()
