@@ -24,9 +24,10 @@ async def test_a_pinned_prefix_survives_a_scan_that_evicts_everything_else(
     assert stats["pinned_bytes"] == 3000 + 1000
     # The scan's 47 chunks pass through room for ~8: each either evicted one or, finding
     # none free while others were in flight or being stored, was served uncached. How
-    # they split varies with timing (28-36 evicted in runs of this test); the sum does not.
+    # they split depends on how far the disk lags the reads (a chunk being stored holds
+    # its room and cannot be evicted); the sum does not.
     assert stats["evictions"] + stats["uncached_fills"] > 30
-    assert stats["evictions"] > 20 and stats["used_bytes"] <= 10 * CHUNK
+    assert stats["evictions"] > 0 and stats["used_bytes"] <= 10 * CHUNK
     for path in ("other/notes.csv", "ds/small.bin"):
         async with http.get(f"{spoke.url}/objects/{path}") as resp:
             assert resp.headers["X-Cache"] == "HIT"
