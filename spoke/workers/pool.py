@@ -22,8 +22,8 @@ must hold (size, digest): a reader checks each file itself before it serves it
 (:mod:`spoke.cache.integrity`); one it finds bad it lets go, tells the owner of (which
 hashes it again, and drops it if it is bad), and hands the read over.
 
-Measured before building (``loadtest/README``: two spokes on one port): 64 KiB hits
-went from 11.3k to 19.4k requests/s on 2 cores.
+Why processes: one Python process saturates one core on warm small reads
+(docs/architecture.md, *Reader workers*, has the figures).
 """
 
 from __future__ import annotations
