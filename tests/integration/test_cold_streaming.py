@@ -112,6 +112,9 @@ async def lab(tmp_path: Path) -> AsyncIterator[Lab]:
     spoke = await start_spoke(SpokeConfig(
         hub_url=hub.url, cache_dir=str(cache_dir), capacity_bytes=64 << 20,
         sequential_readahead_chunks=0, readahead_chunks=0, fetch_attempts=3,
+        # The gate stalls the hub on purpose, for as long as the test takes on a loaded
+        # machine: the spoke must not take that for a hub that stopped answering.
+        read_timeout_s=HANG_S,
     ))
     try:
         yield Lab(hub, spoke, backend, data, cache_dir)

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +26,19 @@ pytestmark = [pytest.mark.slow]
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench")
-    before = set(os.listdir(_tmp_root()))
+    # The bench's own temp root: what is left there is this run's, whatever else runs here.
+    tmp_root = tmp_path_factory.mktemp("bench-tmp")
     proc = subprocess.run(
         [sys.executable, "-m", "loadtest.bench", "--quick", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=150,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_root)},
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    left = {name for name in set(os.listdir(_tmp_root())) - before
-            if name.startswith(("hubspoke-bench-", "hubspoke-nginx-"))}
+    left = os.listdir(tmp_root)
     assert not left, f"temp dirs left behind: {left}"
     text = (out / "report.md").read_text()
     assert proc.stdout.strip().startswith("# hubspoke"), "the report is printed too"
     return out, text, json.loads((out / "report.json").read_text())
-
-
-def _tmp_root() -> str:
-    return tempfile.gettempdir()
 
 
 @pytest.mark.timeout(200)
