@@ -8,18 +8,13 @@ checked: that every part was measured, every read answered, and nothing grew wil
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadtest.bench_memory import QUICK
+from tests.support.tools import run_tool
 
-REPO = Path(__file__).resolve().parents[2]
 KiB = 1 << 10
 MiB = 1 << 20
 
@@ -29,16 +24,8 @@ pytestmark = [pytest.mark.slow]
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench-memory") / "memory.json"
-    before = set(os.listdir(tempfile.gettempdir()))
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadtest.bench_memory", "--quick", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    left = {name for name in set(os.listdir(tempfile.gettempdir())) - before
-            if name.startswith("hubspoke-memory-")}
-    assert not left, f"temp dirs left behind: {left}"
+    proc = run_tool("loadtest.bench_memory", ["--quick", "--out", str(out)], tmp_path_factory,
+                    timeout_s=60)
     return proc.stdout, json.loads(out.read_text())
 
 

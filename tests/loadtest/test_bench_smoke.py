@@ -8,7 +8,6 @@ The figures of a quick run mean nothing; what is checked is that each section wa
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.tools import run_tool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,16 +27,8 @@ pytestmark = [pytest.mark.slow]
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench")
-    # The bench's own temp root: what is left there is this run's, whatever else runs here.
-    tmp_root = tmp_path_factory.mktemp("bench-tmp")
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadtest.bench", "--quick", "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=150,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_root)},
-    )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
-    left = os.listdir(tmp_root)
-    assert not left, f"temp dirs left behind: {left}"
+    proc = run_tool("loadtest.bench", ["--quick", "--out", str(out)], tmp_path_factory,
+                    timeout_s=150)
     text = (out / "report.md").read_text()
     assert proc.stdout.strip().startswith("# hubspoke"), "the report is printed too"
     return out, text, json.loads((out / "report.json").read_text())

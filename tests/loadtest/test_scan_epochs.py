@@ -13,16 +13,12 @@ of its byte target for good (24, 48, 96 chunks ...) it holds no duels and stays 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.tools import run_tool
+
 EPOCHS = 4
 TRAIN_CHUNKS = 32
 CHUNK = 64 << 10
@@ -31,19 +27,13 @@ CHUNK = 64 << 10
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("scan-epochs")
-    before = set(os.listdir(tempfile.gettempdir()))
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadtest.scan_epochs", "--data-dir", str(out / "data"),
-         "--train-chunks", str(TRAIN_CHUNKS), "--chunk-size", str(CHUNK),
-         "--shard-chunks", "4", "--epochs", str(EPOCHS), "--policies", "lru,wtinylfu",
-         "--json", str(out / "figures.json")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    proc = run_tool(
+        "loadtest.scan_epochs",
+        ["--data-dir", str(out / "data"), "--train-chunks", str(TRAIN_CHUNKS),
+         "--chunk-size", str(CHUNK), "--shard-chunks", "4", "--epochs", str(EPOCHS),
+         "--policies", "lru,wtinylfu", "--json", str(out / "figures.json")],
+        tmp_path_factory, timeout_s=60,
     )
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    left = {name for name in set(os.listdir(tempfile.gettempdir())) - before
-            if name.startswith("hubspoke-scan-epochs-")}
-    assert not left, f"temp dirs left behind: {left}"
     return proc.stdout, json.loads((out / "figures.json").read_text())
 
 
