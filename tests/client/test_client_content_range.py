@@ -7,6 +7,7 @@ with the 206 a test gives it; the client reads it over a real socket.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -24,12 +25,12 @@ async def answers() -> AsyncIterator[tuple[list[bytes], AsyncClient]]:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                writer.write(queue.pop(0))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            # The client hung up: nothing more to answer.
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    writer.write(queue.pop(0))
+                    await writer.drain()
         finally:
             writer.close()
 

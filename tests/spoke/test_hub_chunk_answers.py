@@ -10,6 +10,7 @@ as it does against the hub, over real sockets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
@@ -35,15 +36,15 @@ class StandIn:
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            while True:
-                self.requests.append(await reader.readuntil(b"\r\n\r\n"))
-                answer = self.answers.pop(0)
-                writer.write(answer)
-                await writer.drain()
-                if b"Connection: close" in answer or answer.startswith(b"HTTP/1.0"):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            # The client hung up: nothing more to answer.
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:
+                    self.requests.append(await reader.readuntil(b"\r\n\r\n"))
+                    answer = self.answers.pop(0)
+                    writer.write(answer)
+                    await writer.drain()
+                    if b"Connection: close" in answer or answer.startswith(b"HTTP/1.0"):
+                        break
         finally:
             writer.close()
 
