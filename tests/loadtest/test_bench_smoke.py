@@ -1,7 +1,7 @@
 """``python -m loadtest.bench --quick`` runs end to end and fills every part of its report.
 
 It starts real servers (hub, Toxiproxy, spoke, nginx) and runs wrk, so it needs Debian's
-``nginx`` and ``wrk`` on PATH (``.ci/run`` installs them); without them it is skipped.
+``nginx`` and ``wrk`` on PATH (``make test`` installs them with the Makefile's ``tools``).
 The figures of a quick run mean nothing; what is checked is that each section was measured.
 """
 

@@ -8,6 +8,7 @@ its ``Content-Length``) or the connection closed first (a cut).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,14 +40,12 @@ async def read_answer(reader: asyncio.StreamReader, method: str = "GET") -> RawA
     headers = {k.lower(): v for k, _, v in (ln.partition(": ") for ln in lines[1:] if ln)}
     length = 0 if method == "HEAD" else int(headers.get("content-length", "0"))
     body = bytearray()
-    try:
+    with contextlib.suppress(ConnectionError):  # an abort (RST): the body stays as it came
         while len(body) < length:
             data = await asyncio.wait_for(reader.read(length - len(body)), READ_TIMEOUT_S)
             if not data:
                 break
             body += data
-    except ConnectionError:
-        pass  # an abort (RST): the body stays as far as it came
     return RawAnswer(status, headers, bytes(body), len(body) == length)
 
 
