@@ -23,8 +23,9 @@ $(BIN)/.lab-installed: pyproject.toml
 	touch $@
 
 # System tools the tests drive: docker-compose (validates docker-compose.yml),
-# nginx and wrk (the benchmark's smoke test). Installed with apt when missing.
-SYSTEM_TOOLS = docker-compose nginx wrk
+# nginx and wrk (the benchmark's smoke test), kubectl (renders deploy/k8s offline).
+# Installed with apt when missing.
+SYSTEM_TOOLS = docker-compose nginx wrk kubectl
 tools:
 	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	if [ -n "$$missing" ]; then \
