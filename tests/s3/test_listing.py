@@ -36,7 +36,8 @@ def _all_v2(client: Any, **kwargs: Any) -> tuple[list[str], list[str], int]:
         pages += 1
         keys += [o["Key"] for o in page.get("Contents", [])]
         prefixes += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
-        assert page["KeyCount"] == len(page.get("Contents", [])) + len(page.get("CommonPrefixes", []))
+        listed = len(page.get("Contents", [])) + len(page.get("CommonPrefixes", []))
+        assert page["KeyCount"] == listed
     return keys, prefixes, pages
 
 
@@ -82,8 +83,8 @@ async def test_v2_fields(front: S3Front, tree: list[str], dataset: Dataset) -> N
 
 async def test_url_encoding(front: S3Front, tree: list[str], http: aiohttp.ClientSession) -> None:
     # boto3 asks for encoding-type=url itself and decodes the answer.
-    keys, prefixes, _ = await asyncio.to_thread(_all_v2, front.client(), Bucket="tree",
-                                                Prefix="d e/")
+    keys, _, _ = await asyncio.to_thread(_all_v2, front.client(), Bucket="tree",
+                                         Prefix="d e/")
     assert keys == ["d e/f+g.bin"]
     async with http.get(f"{front.url}/tree?list-type=2&prefix=d%20e/&encoding-type=url") as r:
         text = await r.text()
