@@ -56,7 +56,7 @@ def _code(body: bytes) -> str:
     ("GET", "/ds/small.bin?%ff=1", 400, "InvalidArgument"),
     ("GET", "/ds/small.bin?response-content-type=a%0d%0aX-Evil:%201", 400, "InvalidArgument"),
     ("GET", "/ds/missing.bin", 404, "NoSuchKey"),
-    ("GET", "/nobucket/missing.bin", 404, "NoSuchKey"),
+    ("GET", "/nobucket/missing.bin", 404, "NoSuchBucket"),
 ])
 async def test_refusals_are_s3_xml(
     front: S3Front, method: str, target: str, status: int, code: str
