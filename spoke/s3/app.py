@@ -18,9 +18,11 @@ from protocol.s3.credentials import S3Key
 from protocol.s3.errors import InvalidArgument, NoSuchBucket
 from protocol.s3.requests import Operation
 from service import limits, logs
+from service.fast import FAST, FastHandler
 from spoke.s3 import listing, objects
 from spoke.s3.access import S3Access, check_object
 from spoke.s3.errors import AMZ_REQUEST_ID, ERRORS, s3_error_middleware
+from spoke.s3.fast import S3FastReads
 from spoke.s3.stats import S3_STATS
 from spoke.serve import handlers
 from spoke.upstream.errors import GoneAtHub
@@ -53,6 +55,8 @@ def make_s3_app(
     app[ACCESS] = access if access is not None else S3Access(keys)
     app[ERRORS] = spoke[S3_STATS].errors
     app[listing.BUCKETS] = listing.KnownBuckets(spoke[handlers.CONFIG].meta_ttl_s)
+    fast: FastHandler = S3FastReads(spoke, app[ACCESS], domain, app[listing.BUCKETS])
+    app[FAST] = fast
     app.on_response_prepare.append(_add_amz_request_id)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

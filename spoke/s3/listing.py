@@ -50,16 +50,24 @@ class KnownBuckets:
         self._clock = clock
         self._seen: dict[str, tuple[float, bool]] = {}
 
-    async def exists(self, main: web.Application, bucket: str) -> bool:
-        now = self._clock()
+    def known(self, bucket: str) -> bool:
+        """Whether ``bucket`` was seen to exist, ``ttl_s`` ago at most."""
         known = self._seen.get(bucket)
-        if known is not None and known[0] > now:
+        return known is not None and known[1] and known[0] > self._clock()
+
+    async def exists(self, main: web.Application, bucket: str) -> bool:
+        known = self._seen.get(bucket)
+        if known is not None and known[0] > self._clock():
             return known[1]
         found = bool(await hub_listing(main, f"{bucket}/"))
+        self.saw(bucket, found)
+        return found
+
+    def saw(self, bucket: str, exists: bool = True) -> None:
+        """A listing showed whether ``bucket`` exists."""
         if len(self._seen) >= self.MAX_REMEMBERED:
             self._seen.clear()
-        self._seen[bucket] = (now + self.ttl_s, found)
-        return found
+        self._seen[bucket] = (self._clock() + self.ttl_s, exists)
 
 
 BUCKETS = web.AppKey("s3_buckets", KnownBuckets)
@@ -82,7 +90,9 @@ async def list_objects(
     base = f"{bucket}/"
     check_listing(key, base + params.prefix)
     found = await hub_listing(main, base + params.prefix)
-    if not found and not await known.exists(main, bucket):
+    if found:
+        known.saw(bucket)
+    elif not await known.exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     entries = (
         Entry(o["path"][len(base):], int(o.get("size", 0)), str(o.get("etag", "")))
