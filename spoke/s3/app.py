@@ -54,7 +54,8 @@ def make_s3_app(
     app[DOMAIN] = domain or ""
     app[ACCESS] = access if access is not None else S3Access(keys)
     app[ERRORS] = spoke[S3_STATS].errors
-    app[listing.BUCKETS] = listing.KnownBuckets(spoke[handlers.CONFIG].meta_ttl_s)
+    app[listing.BUCKETS] = listing.KnownBuckets(
+        max(listing.BUCKET_TTL_S, spoke[handlers.CONFIG].meta_ttl_s))
     fast: FastHandler = S3FastReads(spoke, app[ACCESS], domain, app[listing.BUCKETS])
     app[FAST] = fast
     app.on_response_prepare.append(_add_amz_request_id)

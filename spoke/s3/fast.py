@@ -81,8 +81,10 @@ class S3FastReads:
         rng = head.headers.get("range")
         if rng is not None and ("," in rng or head.method == "HEAD"):
             return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
-        if reads.cache.fresh_manifest(path) is None and not self.buckets.known(bucket):
-            return None  # a 404 must say NoSuchBucket or NoSuchKey: aiohttp finds out
+        if not self.buckets.known(bucket):
+            if reads.cache.fresh_manifest(path) is None:
+                return None  # a 404 must say NoSuchBucket or NoSuchKey: aiohttp finds out
+            self.buckets.saw(bucket)  # it holds an object
         if self.access.keys is not None:
             try:
                 key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())

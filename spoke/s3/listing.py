@@ -23,6 +23,9 @@ from spoke.serve import handlers
 from spoke.upstream.errors import BadGateway
 
 REGION = "us-east-1"
+# How long a bucket's existence is taken as known: it only decides whether a 404 says
+# NoSuchBucket or NoSuchKey, and buckets come and go far more rarely than objects.
+BUCKET_TTL_S = 300.0
 REGION_HEADER = "x-amz-bucket-region"
 
 
