@@ -17,11 +17,11 @@ from protocol.s3 import requests as s3
 from protocol.s3.credentials import S3Key
 from protocol.s3.errors import InvalidArgument, NoSuchBucket
 from protocol.s3.requests import Operation
-from service import limits, logs
+from service import front, limits, logs
 from service.fast import FAST, FastHandler
 from spoke.s3 import listing, objects
 from spoke.s3.access import S3Access, check_object
-from spoke.s3.errors import AMZ_REQUEST_ID, ERRORS, s3_error_middleware
+from spoke.s3.errors import AMZ_REQUEST_ID, ERRORS, refusal_response, s3_error_middleware
 from spoke.s3.fast import S3FastReads
 from spoke.s3.stats import S3_STATS
 from spoke.serve import handlers
@@ -43,6 +43,8 @@ def make_s3_app(
     required, with these keys (``access``: the same with a clock of one's own)."""
     app = web.Application(middlewares=[s3_error_middleware])
     logs.install(app)
+    front.install(app)
+    app[front.FRONT].render = refusal_response
     limit = spoke.get(limits.LIMIT)
     if limit is not None:
         app.middlewares.insert(1, limits.middleware(limit))
