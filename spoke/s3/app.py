@@ -15,7 +15,7 @@ from aiohttp import web
 
 from protocol.s3 import requests as s3
 from protocol.s3.credentials import S3Key
-from protocol.s3.errors import InvalidArgument, NoSuchBucket
+from protocol.s3.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from protocol.s3.requests import Operation
 from service import front, limits, logs
 from service.fast import FAST, FastHandler
@@ -92,6 +92,8 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     known = request.app[listing.BUCKETS]
     if op is Operation.GET_OBJECT or op is Operation.HEAD_OBJECT:
         check_object(key, where.path)  # before any byte, cached or not
+        if where.path.endswith("/"):
+            raise NoSuchKey(f"no object {where.path!r}")
         try:
             return await objects.get_object(request, spoke, where.path, params)
         except GoneAtHub:

@@ -115,7 +115,8 @@ class S3FastReads:
             return self._paths[raw_path]
         try:
             where = target(raw_path, None)
-            named = (where.bucket, where.path) if where.key is not None and where.bucket else None
+            named = (where.bucket, where.path) if where.key and not where.key.endswith("/") \
+                and where.bucket else None
         except ProtocolError:
             named = None
         if len(self._paths) >= MAX_REMEMBERED_PATHS:

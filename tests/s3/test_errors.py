@@ -57,6 +57,9 @@ def _code(body: bytes) -> str:
     ("GET", "/ds/small.bin?%ff=1", 400, "InvalidArgument"),
     ("GET", "/ds/small.bin?response-content-type=a%0d%0aX-Evil:%201", 400, "InvalidArgument"),
     ("GET", "/ds/missing.bin", 404, "NoSuchKey"),
+    ("GET", "/ds/sub/", 404, "NoSuchKey"),
+    ("GET", "/ds/a//", 400, "InvalidArgument"),
+    ("GET", "/ds/..%2F", 400, "InvalidArgument"),
     ("GET", "/nobucket/missing.bin", 404, "NoSuchBucket"),
 ])
 async def test_refusals_are_s3_xml(
