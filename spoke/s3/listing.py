@@ -64,7 +64,9 @@ async def hub_listing(main: web.Application, prefix: str) -> list[dict[str, Any]
     objects = doc.get("objects") if isinstance(doc, dict) else None
     if not isinstance(objects, list):
         raise BadGateway("the hub's listing is not a msgpack map of objects")
-    return [o for o in objects if isinstance(o, dict) and isinstance(o.get("path"), str)]
+    # Entries that are not what a hub lists are left out, never a 500.
+    return [o for o in objects if isinstance(o, dict) and isinstance(o.get("path"), str)
+            and type(o.get("size")) is int]
 
 
 class KnownBuckets:
@@ -126,7 +128,7 @@ async def list_objects(
     elif not await known.exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     entries = (
-        Entry(o["path"][len(base):], int(o.get("size", 0)), str(o.get("etag", "")))
+        Entry(o["path"][len(base):], o["size"], str(o.get("etag", "")))
         for o in found if o["path"].startswith(base) and (key is None or key.allows(o["path"]))
     )
     page = list_page(entries, params)
