@@ -47,7 +47,9 @@ def make_s3_app(
     app[front.FRONT].render = refusal_response
     limit = spoke.get(limits.LIMIT)
     if limit is not None:
-        app.middlewares.insert(1, limits.middleware(limit))
+        # Inside the error middleware, which answers its 429 as S3's 503 SlowDown; one
+        # count per client address over both front ends.
+        app.middlewares.append(limits.middleware(limit))
     if limits.KEEPALIVE in spoke:
         app[limits.KEEPALIVE] = spoke[limits.KEEPALIVE]
     if limits.CONNECTIONS in spoke:
