@@ -253,6 +253,8 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
                                                        or args.hub_token_file):
         parser.error("--peers needs --peer-secret-file or --hub-token-file: peer requests "
                      "are authenticated")
+    if args.command == "serve" and args.peers and args.port == 0 and not args.advertise:
+        parser.error("--peers with --port 0 needs --advertise: peers must know the port")
     return args
 
 
