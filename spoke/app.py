@@ -242,6 +242,6 @@ async def open_cache(
         placement=tier,
     )
     if tier is not None:
-        tier.manifest_of = cache.manifests.known
+        tier.manifest_of, tier.stats = cache.manifests.known, cache.stats
     await cache.open()
     return cache

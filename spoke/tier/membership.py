@@ -134,6 +134,15 @@ class Membership:
         """Whether this spoke owns the chunk among the live members."""
         return self.candidates(path, version, index)[0] == self.self_url
 
+    def shares(self) -> dict[str, float]:
+        """Each member's share of the keys among the live members (0 for a down one)."""
+        owned = shares(self.weights(), _SHARE_SAMPLE)
+        return {url: owned.get(url, 0.0) for url in self.weights(live_only=False)}
+
+    def down(self) -> dict[str, int]:
+        """1 for each other member whose breaker keeps keys off it now, else 0."""
+        return {url: int(not m.live) for url, m in self.members.items()}
+
     def snapshot(self) -> list[dict[str, object]]:
         """The ``peers`` of ``/stats``: each member's URL, state and share of the keys."""
         owned = shares(self.weights(), _SHARE_SAMPLE)

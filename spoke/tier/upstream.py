@@ -33,6 +33,7 @@ import aiohttp
 from protocol.digests import digest
 from protocol.manifest import Manifest
 from protocol.ranges import ByteRange
+from spoke.cache.counters import SpokeStats
 from spoke.tier.membership import Member, Membership
 from spoke.upstream.base import BodyTarget, HeadCheck
 from spoke.upstream.errors import (
@@ -96,6 +97,9 @@ class TieredUpstream:
         self._ssl = ssl_context
         self.keep_copies = keep_copies
         self.counters = TierCounters()
+        # The cache's counters (set once it is open): a fill counts each upstream fetch
+        # as the hub's, and a chunk a peer brought is taken back off the hub's count here.
+        self.stats: SpokeStats | None = None
         self._clients: dict[str, HubClient] = {}
         self._session: aiohttp.ClientSession | None = None
         self._membership_task: asyncio.Task[None] | None = None
@@ -215,6 +219,9 @@ class TieredUpstream:
         member.bytes += r.length
         self.counters.peer_fetches += 1
         self.counters.peer_bytes += r.length
+        if self.stats is not None:
+            self.stats.hub_fetches -= 1
+            self.stats.hub_bytes -= r.length
         return True
 
     async def _verify(self, manifest: Manifest, index: int, data: memoryview) -> None:
