@@ -50,14 +50,15 @@ TierFactory = Callable[..., Awaitable[Tier]]
 
 
 async def wait_all_up(http: aiohttp.ClientSession, urls: list[str], timeout_s: float = 20.0,
-                      among: list[str] | None = None) -> None:
+                      among: list[str] | None = None,
+                      headers: dict[str, str] | None = None) -> None:
     """Until every spoke at ``urls`` sees every member of ``among`` (default: ``urls``) up."""
     wanted = set(among if among is not None else urls)
     last: Any = None
     try:
         async with asyncio.timeout(timeout_s):
             while True:
-                docs = [await stats(http, url) for url in urls]
+                docs = [await stats(http, url, headers) for url in urls]
                 last = [d["peers"] for d in docs]
                 if all({p["url"] for p in d["peers"] if p["state"] in ("up", "self")} >= wanted
                        for d in docs):
