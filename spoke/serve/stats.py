@@ -20,7 +20,7 @@ from service.metrics import (
 from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
 from spoke.prefetch.warm import WarmJobs
-from spoke.tier.upstream import TieredUpstream
+from spoke.tier.upstream import TierCounters, TieredUpstream
 from spoke.upstream.resilience import STATE_CODES
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -146,8 +146,9 @@ def stats_series(
         HistogramSeries("spoke_read_seconds", "loader read latency, by X-Cache outcome",
                         label="cache", by_label=read_latency),
     ]
-    if isinstance(cache.hub, TieredUpstream):
-        series += tier_series(cache.hub)
+    # The tier's counters are there on a spoke outside a tier too (at 0), so that one
+    # dashboard serves both.
+    series += tier_series(cache.hub if isinstance(cache.hub, TieredUpstream) else None)
     return series
 
 
@@ -217,10 +218,10 @@ def tier_snapshot(tier: TieredUpstream) -> dict[str, object]:
     }
 
 
-def tier_series(tier: TieredUpstream) -> list[AnySeries]:
-    """The tier's /metrics series."""
-    c, membership = tier.counters, tier.membership
-    return [
+def tier_series(tier: TieredUpstream | None) -> list[AnySeries]:
+    """The tier's /metrics series (its counters only, at 0, for a spoke outside a tier)."""
+    c = tier.counters if tier is not None else TierCounters()
+    series: list[AnySeries] = [
         Series("spoke_peer_fetches_total", "counter", "chunks fetched from their owner spoke",
                lambda: c.peer_fetches),
         Series("spoke_peer_bytes_total", "counter",
@@ -231,6 +232,12 @@ def tier_series(tier: TieredUpstream) -> list[AnySeries]:
         Series("spoke_peer_requests_served_total", "counter",
                "chunk requests other spokes of the tier sent this one",
                lambda: c.peers_asked_by),
+    ]
+    if tier is None:
+        return series
+    membership = tier.membership
+    return [
+        *series,
         Series("spoke_tier_members", "gauge", "spokes in the tier, this one included",
                lambda: len(membership.members) + 1),
         LabeledGauge("spoke_peer_down", "1 while a peer's breaker keeps keys off it", "peer",
