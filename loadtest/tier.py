@@ -43,6 +43,7 @@ SECRET = "loadtest-tier-secret-0123456789abcdef"
 LATENCY_MS = 60
 PASS_TIMEOUT_S = 900.0
 READERS_PER_LOADER = 8
+LATENCY_READS = 64  # per spoke, one at a time
 
 
 @dataclass
@@ -56,8 +57,8 @@ class Sizes:
         return self.shards * self.shard_bytes
 
 
-QUICK = Sizes(chunk=1 << 20, shards=12, shard_bytes=2 << 20)
-FULL = Sizes(chunk=1 << 20, shards=24, shard_bytes=4 << 20)
+QUICK = Sizes(chunk=1 << 20, shards=16, shard_bytes=3 << 20)
+FULL = Sizes(chunk=1 << 20, shards=32, shard_bytes=6 << 20)
 
 
 @dataclass
@@ -132,8 +133,9 @@ async def run_loader(
     http: aiohttp.ClientSession, url: str, reads: list[tuple[str, int, int]],
     classify: dict[str, str] | None, etags: dict[str, str], members: dict[str, float],
     out: Reads, milestone: tuple[int, asyncio.Event] | None = None,
+    readers: int = READERS_PER_LOADER,
 ) -> None:
-    """Read every (path, start, length) through the spoke at ``url``, eight at a time.
+    """Read every (path, start, length) through the spoke at ``url``, ``readers`` at a time.
     ``classify``: a kind for every read ('miss' on a cold pass); None: by the chunk's owner
     ('local' if it is this spoke, else 'peer')."""
     queue = list(reversed(reads))
@@ -165,7 +167,7 @@ async def run_loader(
                 kind = "local" if who == url else "peer"
             out.add(kind, took)
 
-    await asyncio.wait_for(asyncio.gather(*(reader() for _ in range(READERS_PER_LOADER))),
+    await asyncio.wait_for(asyncio.gather(*(reader() for _ in range(readers))),
                            PASS_TIMEOUT_S)
 
 
@@ -210,8 +212,12 @@ async def egress_for(lab: Lab, hub: Process, n: int, shards: list[Shard], sizes:
     loads = [Reads() for _ in urls]
     etags: dict[str, str] = {}
     began = time.perf_counter()
+    # One spoke alone reads one chunk at a time: its reads time plain hub misses, with
+    # nothing else on the machine's two cores.
+    readers = 1 if n == 1 else READERS_PER_LOADER
     await asyncio.gather(*(
-        run_loader(http, url, chunk_reads(shards, sizes.chunk, seed=i), {}, etags, {}, loads[i])
+        run_loader(http, url, chunk_reads(shards, sizes.chunk, seed=i), {}, etags, {}, loads[i],
+                   readers=readers)
         for i, url in enumerate(urls)))
     took = time.perf_counter() - began
     egress = await hub_sent(http, hub.url) - before
@@ -247,6 +253,12 @@ async def hit_ratio(lab: Lab, hub: Process, n: int, shards: list[Shard], sizes: 
                    members, loads[i]) for i, url in enumerate(urls)))
     egress = await hub_sent(http, hub.url) - before
     read = len(urls) * sizes.dataset
+    # Latency, apart: one spoke at a time, one chunk at a time, so that the two cores'
+    # contention does not stand in for where a chunk came from.
+    timed = [Reads() for _ in urls]
+    for i, url in enumerate(urls):
+        sample = chunk_reads(shards, sizes.chunk, seed=40 + i)[:LATENCY_READS]
+        await run_loader(http, url, sample, None, etags, members, timed[i], readers=1)
     docs = [await spoke_stats(http, u) for u in urls]
     for proc in procs:
         lab.stop(proc)
@@ -255,8 +267,11 @@ async def hit_ratio(lab: Lab, hub: Process, n: int, shards: list[Shard], sizes: 
         "hub_egress_bytes_second_pass": egress, "hit_ratio": 1 - egress / read,
         "failed_reads": sum(r.failed for r in loads) + sum(r.failed for r in warm),
         "used_bytes": [d["used_bytes"] for d in docs],
-        "local_hit": quantiles([s for r in loads for s in r.seconds.get("local", [])]),
-        "peer_hit": quantiles([s for r in loads for s in r.seconds.get("peer", [])]),
+        "failed_timed_reads": sum(r.failed for r in timed),
+        "local_hit": quantiles([s for r in timed for s in r.seconds.get("local", [])]),
+        "peer_hit": quantiles([s for r in timed for s in r.seconds.get("peer", [])]),
+        "loaded_local_hit": quantiles([s for r in loads for s in r.seconds.get("local", [])]),
+        "loaded_peer_hit": quantiles([s for r in loads for s in r.seconds.get("peer", [])]),
     }
 
 
@@ -307,7 +322,9 @@ def report_md(doc: dict[str, object]) -> str:
               "| read | n | p50 ms | p99 ms |", "|---|---|---|---|"]
     miss = doc["egress"][0]["hub_miss"]  # type: ignore[index]
     for name, q in (("local hit", hit["local_hit"]), ("peer hit", hit["peer_hit"]),
-                    ("hub miss (cold)", miss)):
+                    ("hub miss (cold)", miss),
+                    ("local hit, 4 loaders x 8 readers", hit["loaded_local_hit"]),
+                    ("peer hit, 4 loaders x 8 readers", hit["loaded_peer_hit"])):
         if q.get("n"):
             lines.append(f"| {name} | {q['n']} | {q['p50_ms']:.1f} | {q['p99_ms']:.1f} |")
     kill = doc["kill"]

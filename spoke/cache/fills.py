@@ -183,6 +183,9 @@ class Fills:
         everything cached, and fetching those would only waste the link)."""
         if self.space.fits(chunk_bounds(index, manifest.size, manifest.chunk_size).length):
             return True
+        if self.placement is not None and \
+                not self.placement.keeps(manifest.path, manifest.etag, index):
+            return True  # another spoke of the tier keeps it: this one's room is no matter
         return self.space.policy.would_keep(ChunkKey.of(manifest, index).name)
 
     async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
