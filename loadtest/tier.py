@@ -183,9 +183,13 @@ def start_tier(lab: Lab, hub: Process, n: int, sizes: Sizes, capacity: int, tag:
     return procs, urls, ports
 
 
+# Set from --keep-copies: non-owners keep copies of the chunks they fetch from owners.
+SPOKE_FLAGS: list[str] = []
+
+
 def start_spoke(lab: Lab, hub_url: str, cache_dir: str, capacity: int, urls: list[str],
                 i: int, ports: list[int], secret_file: str) -> Process:
-    proc = start_process("spoke", [
+    proc = start_process("spoke", [*SPOKE_FLAGS,
         "--hub", hub_url, "--cache-dir", cache_dir, "--capacity", str(capacity),
         "--peers", ",".join(urls), "--advertise", urls[i], "--peer-secret-file", secret_file,
         "--peer-refresh", "1", "--log-level", "warning", "--scrub-rate", "0",
@@ -355,7 +359,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             hit = await hit_ratio(lab, hub, args.hit_spokes, shards, sizes, secret_file, http)
             kill = await kill_one(lab, hub, max(counts[-1], 2), shards, sizes, secret_file,
                                   http)
-    return {"sizes": asdict(sizes), "latency_ms": LATENCY_MS,
+    return {"sizes": asdict(sizes), "latency_ms": LATENCY_MS, "spoke_flags": SPOKE_FLAGS,
             "egress": egress, "hit": hit, "kill": kill}
 
 
@@ -375,8 +379,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--spokes", default="1,2,3,4", help="tier sizes to measure egress at")
     parser.add_argument("--hit-spokes", type=int, default=4,
                         help="spokes of the hit-ratio pass (the dataset is 3× one's capacity)")
+    parser.add_argument("--keep-copies", action="store_true",
+                        help="run the spokes with --peer-keep-copies (non-owners keep copies)")
     parser.add_argument("--out", required=True, help="directory for tier.json and tier.md")
     args = parser.parse_args(argv)
+    if args.keep_copies:
+        SPOKE_FLAGS.append("--peer-keep-copies")
     doc = asyncio.run(run(args))
     with open(os.path.join(args.out, "tier.json"), "w") as f:
         json.dump(doc, f, indent=2)
