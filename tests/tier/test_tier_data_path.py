@@ -12,7 +12,7 @@ from protocol.placement import chunk_key, owner
 from tests.conftest import CHUNK
 from tests.support.http import fetch, metric
 from tests.support.servers import GatedBackend, RunningServer
-from tests.support.waits import settled_stats, wait_for_stats
+from tests.support.waits import settled_stats, wait_for_stats, wait_warm
 from tests.tier.conftest import TierFactory
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -101,3 +101,35 @@ async def test_stats_and_metrics_show_the_peers_and_their_shares(
                  "spoke_tier_members 3.0", f'spoke_peer_share{{peer="{tier.urls[1]}"}}',
                  f'spoke_peer_down{{peer="{tier.urls[2]}"}} 0.0'):
         assert name in text
+
+
+async def test_a_warm_job_on_one_spoke_fills_each_owner_with_its_own_share_once(
+    hub: RunningServer, make_tier: TierFactory, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    tier = await make_tier(3)
+    files = {p: d for p, d in dataset[1].items() if p.startswith("ds/") and d}
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
+    async with http.post(f"{tier.urls[0]}/warm", json={"prefix": "ds/"}) as resp:
+        assert resp.status == 202
+        job = await resp.json()
+    done = await wait_warm(http, tier.urls[0], job["id"])
+    assert done["state"] == "done", done
+    docs = [await settled_stats(http, url) for url in tier.urls]
+    total = sum(len(d) for d in files.values())
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == total
+    weights = {url: 1.0 for url in tier.urls}
+    etags = {}
+    for path in files:
+        async with http.head(f"{tier.urls[1]}/objects/{path}") as resp:
+            etags[path] = resp.headers["ETag"]
+    owned = [sum(owner(weights, chunk_key(p, etags[p], i)) == url
+                 for p, d in files.items() for i in range((len(d) + CHUNK - 1) // CHUNK))
+             for url in tier.urls]
+    assert [d["cached_chunks"] for d in docs] == owned  # each owner holds its share
+    assert all(n > 0 for n in owned)
+    # Every loader, on any spoke, now reads without the hub.
+    for url in tier.urls:
+        for path, data in files.items():
+            status, _, body = await fetch(http, f"{url}/objects/{path}")
+            assert (status, body) == (200, data)
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == total
