@@ -209,12 +209,13 @@ async def open_cache(
     upstream: HubClient | TieredUpstream = hub
     tier = None
     if config.peers:
+        peer_ca = config.peer_ca or config.hub_ca
         membership = Membership(config.peers, advertised_url(config), config.capacity_bytes,
                                 refresh_s=config.peer_refresh_s)
         upstream = tier = TieredUpstream(
             hub, membership, secret=peer_secret(config), peer_timeout_s=config.peer_timeout_s,
             max_connections=config.fetch_concurrency * 2,
-            ssl_context=client_context(config.hub_ca) if config.hub_ca else None,
+            ssl_context=client_context(peer_ca) if peer_ca else None,
             keep_copies=config.peer_keep_copies)
         await tier.start()
     cache = ChunkCache(

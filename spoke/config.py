@@ -179,6 +179,10 @@ class _Tier:
         "--peer-secret-file", default=None,
         help="file holding the tier's shared secret, sent and checked on peer requests "
              "(default: the spoke's hub token)")
+    peer_ca: str | None = setting(
+        "--peer-ca", default=None,
+        help="PEM CA bundle to verify https:// peers with (default: the hub's CA bundle "
+             "if given, else the system CAs)")
     peer_timeout_s: float = setting(
         "--peer-timeout", default=3.0, parse=float,
         help="seconds without data from a peer before its chunk goes to the next owner or "
