@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ class Tier:
         await self.spokes[i].stop()
 
 
-TierFactory = Callable[..., Awaitable[Tier]]
+
 
 
 async def wait_all_up(http: aiohttp.ClientSession, urls: list[str], timeout_s: float = 20.0,
@@ -68,36 +68,46 @@ async def wait_all_up(http: aiohttp.ClientSession, urls: list[str], timeout_s: f
         raise AssertionError(f"the tier never came up: {last}") from None
 
 
+class TierMaker:
+    """Starts spokes of a tier in this process; each ``--peers`` names the others."""
+
+    def __init__(self, hub: RunningServer, tmp_path: Path, http: aiohttp.ClientSession) -> None:
+        self.hub, self.tmp_path, self.http = hub, tmp_path, http
+        self.started: list[RunningServer] = []
+        self.secret_file = tmp_path / "tier-secret"
+        self.secret_file.write_text(SECRET + "\n")
+        self.secret_file.chmod(0o600)
+
+    async def member(self, port: int, peers: list[str], **overrides: Any) -> RunningServer:
+        """A spoke on ``port`` whose --peers are ``peers``."""
+        url = f"http://127.0.0.1:{port}"
+        config = SpokeConfig(
+            hub_url=self.hub.url, cache_dir=str(self.tmp_path / f"cache-{port}"),
+            capacity_bytes=64 << 20, meta_ttl_s=5.0, port=port,
+            peers=tuple(PeerSource(u) for u in peers), advertise=url,
+            peer_secret_file=str(self.secret_file), peer_refresh_s=0.2,
+        )
+        app = make_app(replace(config, **overrides))
+        runner, bound = await start_site(app, "127.0.0.1", port)
+        assert bound == port
+        server = RunningServer(url, runner, app)
+        self.started.append(server)
+        return server
+
+    async def __call__(self, n: int = 3, wait: bool = True, **overrides: Any) -> Tier:
+        ports = free_ports(n)
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        spokes = [await self.member(port, urls, **overrides) for port in ports]
+        if wait:
+            await wait_all_up(self.http, urls)
+        return Tier(spokes, urls, self.secret_file)
+
+
 @pytest.fixture
 async def make_tier(
     hub: RunningServer, tmp_path: Path, http: aiohttp.ClientSession,
-) -> AsyncIterator[TierFactory]:
-    started: list[RunningServer] = []
-    secret_file = tmp_path / "tier-secret"
-    secret_file.write_text(SECRET + "\n")
-    secret_file.chmod(0o600)
-
-    async def make(n: int = 3, wait: bool = True, **overrides: Any) -> Tier:
-        ports = free_ports(n)
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
-        peers = tuple(PeerSource(u) for u in urls)
-        spokes = []
-        for i, (port, url) in enumerate(zip(ports, urls, strict=True)):
-            config = SpokeConfig(
-                hub_url=hub.url, cache_dir=str(tmp_path / f"cache-{i}"),
-                capacity_bytes=64 << 20, meta_ttl_s=5.0, port=port, peers=peers,
-                advertise=url, peer_secret_file=str(secret_file), peer_refresh_s=0.2,
-            )
-            app = make_app(replace(config, **overrides))
-            runner, bound = await start_site(app, "127.0.0.1", port)
-            assert bound == port
-            server = RunningServer(url, runner, app)
-            started.append(server)
-            spokes.append(server)
-        if wait:
-            await wait_all_up(http, urls)
-        return Tier(spokes, urls, secret_file)
-
-    yield make
-    for server in reversed(started):
+) -> AsyncIterator[TierMaker]:
+    maker = TierMaker(hub, tmp_path, http)
+    yield maker
+    for server in reversed(maker.started):
         await server.stop()

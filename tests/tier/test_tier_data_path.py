@@ -13,14 +13,14 @@ from tests.conftest import CHUNK
 from tests.support.http import fetch, metric
 from tests.support.servers import GatedBackend, RunningServer
 from tests.support.waits import settled_stats, wait_for_stats, wait_warm
-from tests.tier.conftest import TierFactory
+from tests.tier.conftest import TierMaker
 
 Dataset = tuple[Path, dict[str, bytes]]
 WAIT_S = 60
 
 
 async def test_concurrent_misses_on_three_spokes_cost_one_hub_fetch_per_chunk(
-    hub: RunningServer, make_tier: TierFactory, gated: GatedBackend, dataset: Dataset,
+    hub: RunningServer, make_tier: TierMaker, gated: GatedBackend, dataset: Dataset,
     http: aiohttp.ClientSession,
 ) -> None:
     # The owners wait on the held hub: their peers must wait for them, not time out.
@@ -55,7 +55,7 @@ async def test_concurrent_misses_on_three_spokes_cost_one_hub_fetch_per_chunk(
 
 
 async def test_bytes_through_a_non_owner_are_exact_and_only_the_owner_keeps_the_chunk(
-    make_tier: TierFactory, dataset: Dataset, http: aiohttp.ClientSession,
+    make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
 ) -> None:
     tier = await make_tier(3)
     path, data = "ds/partial.bin", dataset[1]["ds/partial.bin"]
@@ -82,7 +82,7 @@ async def test_bytes_through_a_non_owner_are_exact_and_only_the_owner_keeps_the_
 
 
 async def test_stats_and_metrics_show_the_peers_and_their_shares(
-    make_tier: TierFactory, http: aiohttp.ClientSession,
+    make_tier: TierMaker, http: aiohttp.ClientSession,
 ) -> None:
     tier = await make_tier(3)
     doc = await settled_stats(http, tier.urls[0])
@@ -104,7 +104,7 @@ async def test_stats_and_metrics_show_the_peers_and_their_shares(
 
 
 async def test_a_warm_job_on_one_spoke_fills_each_owner_with_its_own_share_once(
-    hub: RunningServer, make_tier: TierFactory, dataset: Dataset, http: aiohttp.ClientSession,
+    hub: RunningServer, make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
 ) -> None:
     tier = await make_tier(3)
     files = {p: d for p, d in dataset[1].items() if p.startswith("ds/") and d}

@@ -11,9 +11,10 @@ from pathlib import Path
 import aiohttp
 
 from loadtest.procs import Process, start_process
-from tests.support.http import fetch, stats
+from tests.support.http import fetch, metric, stats
 from tests.support.servers import RunningServer
-from tests.tier.conftest import SECRET, free_ports, wait_all_up
+from tests.support.waits import wait_for_stats
+from tests.tier.conftest import SECRET, TierMaker, free_ports, wait_all_up
 
 Dataset = tuple[Path, dict[str, bytes]]
 WAIT_S = 60
@@ -95,3 +96,29 @@ async def test_a_spoke_killed_mid_run_fails_no_read_and_its_share_returns_when_i
     finally:
         for proc in procs:
             await asyncio.to_thread(proc.stop)
+
+
+async def test_a_tier_split_in_two_still_serves_exact_bytes_each_half_fetching_once(
+    hub: RunningServer, make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    # Four spokes that all list all four; across the split each half sees the other's
+    # addresses answer nothing (ports nobody listens on stand for the cut link).
+    real, ghosts = free_ports(4), free_ports(4)
+    left = [f"http://127.0.0.1:{p}" for p in (real[0], real[1], ghosts[2], ghosts[3])]
+    right = [f"http://127.0.0.1:{p}" for p in (ghosts[0], ghosts[1], real[2], real[3])]
+    spokes = [await make_tier.member(real[0], left), await make_tier.member(real[1], left),
+              await make_tier.member(real[2], right), await make_tier.member(real[3], right)]
+    urls = [s.url for s in spokes]
+    await wait_all_up(http, urls[:2], among=urls[:2])
+    await wait_all_up(http, urls[2:], among=urls[2:])
+    for url, view in zip(urls, (left, left, right, right), strict=True):
+        unreachable = set(view) - set(urls)
+        await wait_for_stats(http, url, lambda d, gone=unreachable: all(
+            p["state"] != "up" for p in d["peers"] if p["url"] in gone), WAIT_S)
+    contents = {p: d for p, d in dataset[1].items() if d}
+    sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
+    for url in urls:
+        assert await read_all(http, url, contents) == 0
+    # Each half fetched the dataset once: twice the egress of a whole tier, not four times.
+    total = sum(len(d) for d in contents.values())
+    assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 2 * total

@@ -22,7 +22,7 @@ from tests.conftest import CHUNK, SpokeFactory
 from tests.support.http import assert_problem, fetch, stats
 from tests.support.servers import RunningServer, start_spoke
 from tests.support.waits import settled_stats, wait_for_stats
-from tests.tier.conftest import PEER_HEADERS, SECRET, TierFactory, free_ports, wait_all_up
+from tests.tier.conftest import PEER_HEADERS, SECRET, TierMaker, free_ports, wait_all_up
 
 Dataset = tuple[Path, dict[str, bytes]]
 AUTH_SECRET = b"loader-auth-secret-for-tier-tests-0123456789"
@@ -41,7 +41,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 async def test_peer_endpoints_need_the_tier_secret_and_a_loader_token_opens_none(
-    make_tier: TierFactory, auth_secret_file: Path, dataset: Dataset,
+    make_tier: TierMaker, auth_secret_file: Path, dataset: Dataset,
     http: aiohttp.ClientSession,
 ) -> None:
     admin = issue(AUTH_SECRET, "ops", [""], admin=True, ttl_s=600, now=time.time())
@@ -69,7 +69,7 @@ async def test_peer_endpoints_need_the_tier_secret_and_a_loader_token_opens_none
 
 
 async def test_a_peer_request_that_is_not_one_chunk_of_a_known_version_gets_a_4xx(
-    make_tier: TierFactory, dataset: Dataset, http: aiohttp.ClientSession,
+    make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
 ) -> None:
     tier = await make_tier(2)
     url, path = tier.urls[0], "ds/exact.bin"
@@ -98,7 +98,7 @@ async def test_a_spoke_outside_a_tier_has_no_peer_endpoints(
 
 
 async def test_a_chunk_gone_bad_on_its_owners_disk_never_reaches_a_loader(
-    make_tier: TierFactory, dataset: Dataset, http: aiohttp.ClientSession,
+    make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
 ) -> None:
     tier = await make_tier(2)
     path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
