@@ -86,6 +86,7 @@ class Membership:
         self._clock = clock
         self.members: dict[str, Member] = {}
         self.resolve_errors = 0
+        self._shares_of: tuple[tuple[tuple[str, float], ...], dict[str, float]] | None = None
         self._set({s.url for s in self.sources if not s.dns})
 
     def _set(self, urls: set[str]) -> None:
@@ -134,9 +135,18 @@ class Membership:
         """Whether this spoke owns the chunk among the live members."""
         return self.candidates(path, version, index)[0] == self.self_url
 
+    def _owned(self) -> dict[str, float]:
+        """The live members' shares, estimated once per set of live members and weights
+        (a few thousand hashes: not on every scrape)."""
+        weights = self.weights()
+        key = tuple(sorted(weights.items()))
+        if self._shares_of is None or self._shares_of[0] != key:
+            self._shares_of = (key, shares(weights, _SHARE_SAMPLE))
+        return self._shares_of[1]
+
     def shares(self) -> dict[str, float]:
         """Each member's share of the keys among the live members (0 for a down one)."""
-        owned = shares(self.weights(), _SHARE_SAMPLE)
+        owned = self._owned()
         return {url: owned.get(url, 0.0) for url in self.weights(live_only=False)}
 
     def down(self) -> dict[str, int]:
@@ -145,7 +155,7 @@ class Membership:
 
     def snapshot(self) -> list[dict[str, object]]:
         """The ``peers`` of ``/stats``: each member's URL, state and share of the keys."""
-        owned = shares(self.weights(), _SHARE_SAMPLE)
+        owned = self._owned()
         rows: list[dict[str, object]] = [{
             "url": self.self_url, "state": "self", "share": owned.get(self.self_url, 0.0),
             "weight": self.self_weight,
