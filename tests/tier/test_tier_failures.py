@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -98,6 +100,11 @@ async def test_a_spoke_killed_mid_run_fails_no_read_and_its_share_returns_when_i
             await asyncio.to_thread(proc.stop)
 
 
+def cut_off(gone: set[str]) -> Callable[[dict[str, Any]], bool]:
+    """Whether a /stats shows every member in ``gone`` not up."""
+    return lambda doc: all(p["state"] != "up" for p in doc["peers"] if p["url"] in gone)
+
+
 async def test_a_tier_split_in_two_still_serves_exact_bytes_each_half_fetching_once(
     hub: RunningServer, make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
 ) -> None:
@@ -112,9 +119,7 @@ async def test_a_tier_split_in_two_still_serves_exact_bytes_each_half_fetching_o
     await wait_all_up(http, urls[:2], among=urls[:2])
     await wait_all_up(http, urls[2:], among=urls[2:])
     for url, view in zip(urls, (left, left, right, right), strict=True):
-        unreachable = set(view) - set(urls)
-        await wait_for_stats(http, url, lambda d, gone=unreachable: all(
-            p["state"] != "up" for p in d["peers"] if p["url"] in gone), WAIT_S)
+        await wait_for_stats(http, url, cut_off(set(view) - set(urls)), WAIT_S)
     contents = {p: d for p, d in dataset[1].items() if d}
     sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
     for url in urls:
