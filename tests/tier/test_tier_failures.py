@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from loadtest.procs import Process, start_process
+from service.runner import start_site
+from spoke.config import SpokeConfig
+from spoke.tier.peers_arg import PeerSource
 from tests.support.http import fetch, metric, stats
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, start_spoke
 from tests.support.waits import wait_for_stats
 from tests.tier.conftest import SECRET, TierMaker, free_ports, wait_all_up
 
@@ -127,3 +131,43 @@ async def test_a_tier_split_in_two_still_serves_exact_bytes_each_half_fetching_o
     # Each half fetched the dataset once: twice the egress of a whole tier, not four times.
     total = sum(len(d) for d in contents.values())
     assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == 2 * total
+
+
+async def test_a_peer_that_stops_answering_costs_a_bounded_wait_never_a_read(
+    hub: RunningServer, tmp_path: Path, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    # A stand-in peer that is alive (its probe answers) but never answers a chunk.
+    released = asyncio.Event()
+    asked = 0
+
+    async def info(request: web.Request) -> web.Response:
+        return web.json_response({"capacity_bytes": 64 << 20})
+
+    async def chunk(request: web.Request) -> web.Response:
+        nonlocal asked
+        asked += 1
+        await released.wait()
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_get("/peer/info", info)
+    app.router.add_get("/peer/objects/{path:.+}", chunk)
+    port = free_ports(1)[0]
+    runner, _ = await start_site(app, "127.0.0.1", port)
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    spoke = await start_spoke(SpokeConfig(
+        hub_url=hub.url, cache_dir=str(tmp_path / "c"), capacity_bytes=64 << 20,
+        peers=(PeerSource(f"http://127.0.0.1:{port}"),), advertise="http://127.0.0.1:1",
+        peer_secret_file=str(secret), peer_refresh_s=0.2, peer_timeout_s=0.5))
+    try:
+        await wait_for_stats(http, spoke.url, lambda d: d["peers"][1]["state"] == "up")
+        contents = {p: d for p, d in dataset[1].items() if d}
+        assert await read_all(http, spoke.url, contents) == 0
+        doc = await stats(http, spoke.url)
+        assert asked > 0 and doc["peer_errors"] == asked and doc["peer_fetches"] == 0
+    finally:
+        released.set()
+        await spoke.stop()
+        await runner.cleanup()
