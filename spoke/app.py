@@ -91,6 +91,7 @@ def make_app(config: SpokeConfig, clock: Clock = SYSTEM_CLOCK) -> web.Applicatio
         app[peer.SECRET] = peer_secret(config)
         add_routes(app, [
             ("GET", "/peer/objects/{path:.+}", peer.get_peer_object),
+            ("POST", "/peer/prefetch/{path:.+}", peer.post_peer_prefetch),
             ("GET", "/peer/info", peer.get_peer_info),
         ])
     return app
@@ -120,6 +121,7 @@ def routes(config: SpokeConfig) -> RouteTable:
         ("GET", "/metrics"): auth.metrics_access(config.metrics_auth),
         # Not a loader's token: the tier's secret, which the peer handlers check.
         ("GET", "/peer/objects/{path}"): Access.OPEN,
+        ("POST", "/peer/prefetch/{path}"): Access.OPEN,
         ("GET", "/peer/info"): Access.OPEN,
     }
 

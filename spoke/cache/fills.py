@@ -198,6 +198,13 @@ class Fills:
         key = ChunkKey.of(manifest, index)
         if key.name in self.space.resident:
             return False
+        if self.placement is not None and key.name not in self.flights and \
+                not self.placement.keeps(key.path, key.etag, index):
+            # Another spoke of the tier keeps it: that spoke fetches it, and its bytes
+            # need not come here (None: it could not be asked; fetched here after all).
+            fetched = await self.placement.prefetch_at_owner(manifest, index)
+            if fetched is not None:
+                return fetched
         _, task, joined = self.flight(key, manifest, tenant, background=True)
         prefetched = self.local.prefetched
         if not joined:

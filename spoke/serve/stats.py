@@ -214,6 +214,8 @@ def tier_snapshot(tier: TieredUpstream) -> dict[str, object]:
         "peer_fetches": c.peer_fetches, "peer_bytes": c.peer_bytes,
         "peer_errors": c.peer_errors, "hub_bytes_saved": c.peer_bytes,
         "hub_direct_fetches": c.hub_direct, "peer_requests_served": c.peers_asked_by,
+        "peer_prefetches": c.peer_prefetches,
+        "peer_prefetches_served": c.peer_prefetches_served,
         "peers": tier.membership.snapshot(),
     }
 

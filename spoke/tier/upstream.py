@@ -27,12 +27,14 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import aiohttp
 
+from protocol.chunks import chunk_bounds
 from protocol.digests import digest
 from protocol.manifest import Manifest
-from protocol.ranges import ByteRange
+from protocol.ranges import ByteRange, range_header
 from spoke.cache.counters import SpokeStats
 from spoke.tier.membership import Member, Membership
 from spoke.upstream.base import BodyTarget, HeadCheck
@@ -66,6 +68,8 @@ class TierCounters:
     peer_errors: int = 0  # peer fetches that failed and fell back
     hub_direct: int = 0  # chunk fetches this spoke sent to the hub itself
     peers_asked_by: int = 0  # chunk requests other spokes sent this one
+    peer_prefetches: int = 0  # chunks this spoke had their owner prefetch
+    peer_prefetches_served: int = 0  # prefetches other spokes asked of this one
 
 
 class _Buffer:
@@ -170,6 +174,45 @@ class TieredUpstream:
         for (it is that chunk's owner as the peer sees the tier), or with keep_copies."""
         return self.keep_copies or SERVING_PEER.get() or \
             self.membership.owns(path, etag, index)
+
+    async def prefetch_at_owner(self, manifest: Manifest, index: int) -> bool | None:
+        """Ask the chunk's owner (or its next choice) to prefetch it: a warm job, a plan or
+        a read-ahead on this spoke fills the spoke that keeps each chunk, and no byte of it
+        comes here. True if the owner had to fetch it; None if no peer could be asked."""
+        assert self._session is not None, "TieredUpstream.start() was not awaited"
+        bounds = chunk_bounds(index, manifest.size, manifest.chunk_size)
+        ranked = self.membership.candidates(manifest.path, manifest.etag, index)
+        for url in ranked[:MAX_PEER_TRIES]:
+            member = self.membership.members.get(url)
+            if member is None:
+                return None
+            try:
+                member.breaker.before_call()
+            except CircuitOpen:
+                continue
+            headers = {"Range": range_header(bounds), "If-Match": manifest.etag}
+            target = f"{url}/peer/prefetch/{quote(manifest.path, safe='/')}"
+            try:
+                async with self._session.post(target, headers=headers) as response:
+                    answer = await response.read()
+                    if response.status in (404, 409, 412):  # the hub decides, not a peer
+                        member.breaker.release_probe()
+                        return None
+                    if response.status != 200:
+                        raise ValueError(f"answered {response.status}")
+                fetched = json.loads(answer)["fetched"]
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError,
+                    TypeError) as exc:
+                member.errors += 1
+                self.counters.peer_errors += 1
+                member.breaker.on_failure()
+                logger.warning("peer %s failed to prefetch chunk %d of %s (%s)", url, index,
+                               manifest.path, exc)
+                continue
+            member.breaker.on_success()
+            self.counters.peer_prefetches += 1
+            return bool(fetched)
+        return None
 
     # -- peers ----------------------------------------------------------------
 

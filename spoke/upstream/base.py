@@ -68,3 +68,8 @@ class Placement(Protocol):
     sum of its spokes'."""
 
     def keeps(self, path: str, etag: str, index: int) -> bool: ...
+
+    async def prefetch_at_owner(self, manifest: Manifest, index: int) -> bool | None:
+        """Have the spoke that keeps chunk ``index`` fetch it (True if it had to); None
+        if no other spoke could be asked."""
+        ...

@@ -127,6 +127,11 @@ async def test_a_warm_job_on_one_spoke_fills_each_owner_with_its_own_share_once(
              for url in tier.urls]
     assert [d["cached_chunks"] for d in docs] == owned  # each owner holds its share
     assert all(n > 0 for n in owned)
+    # Each owner fetched its own share; none of it came through the spoke that warmed.
+    assert [d["hub_bytes"] > 0 for d in docs] == [True, True, True]
+    assert docs[0]["peer_bytes"] == 0
+    assert docs[0]["peer_prefetches"] == sum(owned[1:])
+    assert [d["peer_prefetches_served"] for d in docs[1:]] == owned[1:]
     # Every loader, on any spoke, now reads without the hub.
     for url in tier.urls:
         for path, data in files.items():

@@ -3,6 +3,7 @@ a loader only verified, whether the peer's disk went bad or the peer lies outrig
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -53,11 +54,12 @@ async def test_peer_endpoints_need_the_tier_secret_and_a_loader_token_opens_none
     assert status == 200
     etag = headers["ETag"]
     chunk = {"Range": f"bytes=0-{CHUNK - 1}", "If-Match": etag}
-    for target in (f"/peer/objects/{path}", "/peer/info"):
+    for method, target in (("GET", f"/peer/objects/{path}"), ("GET", "/peer/info"),
+                           ("POST", f"/peer/prefetch/{path}")):
         # No token, a loader's token (even an admin's), a wrong secret: 401 problem+json.
         for auth in ({}, bearer(admin), bearer(SECRET + "x"), {"Authorization": SECRET}):
-            problem = assert_problem(await fetch(http, url + target, {**chunk, **auth}), 401)
-            assert SECRET not in str(problem)
+            answer = await fetch(http, url + target, {**chunk, **auth}, method)
+            assert SECRET not in str(assert_problem(answer, 401))
     # The tier's secret is no loader token: it opens no loader route.
     assert_problem(await fetch(http, f"{url}/objects/{path}", PEER_HEADERS), 401)
     assert_problem(await fetch(http, f"{url}/stats", PEER_HEADERS), 401)
@@ -66,6 +68,9 @@ async def test_peer_endpoints_need_the_tier_secret_and_a_loader_token_opens_none
                                         {**chunk, **PEER_HEADERS})
     assert (status, body) == (206, data[:CHUNK])
     assert headers["ETag"] == etag
+    status, _, body = await fetch(http, f"{url}/peer/prefetch/{path}",
+                                  {**chunk, **PEER_HEADERS}, "POST")
+    assert (status, json.loads(body)) == (200, {"fetched": False})  # cached already
 
 
 async def test_a_peer_request_that_is_not_one_chunk_of_a_known_version_gets_a_4xx(
