@@ -88,7 +88,9 @@ def test_a_down_member_gives_its_keys_to_their_next_choice_and_gets_them_back() 
     clock.now += PEER_RESET_S  # cooled down: a probe may go, and its keys are offered again
     assert gone.live
     assert all(m.candidates(*k) == before[k] for k in keys)
-    gone.breaker.before_call()  # the probe is under way
+    gone.breaker.before_call()  # the probe is under way: until it answers, keys go on
+    assert not gone.live and m.candidates(*keys[0]) == [u for u in before[keys[0]]
+                                                        if u != gone.url]
     gone.breaker.on_success()
     assert all(m.candidates(*k) == before[k] for k in keys)
     assert abs(m.shares()[gone.url] - 1 / 3) < 0.05
