@@ -44,6 +44,7 @@ from spoke.upstream.errors import (
     HubError,
     ObjectChanging,
     StaleVersion,
+    UnavailableAnswer,
 )
 from spoke.upstream.hub import HubClient
 from spoke.upstream.resilience import CircuitOpen
@@ -58,7 +59,7 @@ MAX_PEER_TRIES = 2
 # Peer bytes larger than this are hashed off the event loop (as fills hash theirs).
 _INLINE_DIGEST_BYTES = 256 << 10
 # Answers a peer's version mismatch or missing object with: the hub decides, not a peer.
-_HUB_DECIDES = (StaleVersion, GoneAtHub, ObjectChanging)
+_HUB_DECIDES = (StaleVersion, GoneAtHub, ObjectChanging, UnavailableAnswer)
 
 
 @dataclass
@@ -244,7 +245,8 @@ class TieredUpstream:
                 raise ChunkCorrupt(f"peer {member.url} sent {buffer.received} of {r.length}")
             await self._verify(manifest, index, buffer.view)
         except _HUB_DECIDES as exc:
-            # The peer answered; its idea of the version differs. The hub decides.
+            # The peer answered: its idea of the version differs, or its own fetch from
+            # the hub failed. Nothing against the peer; the hub decides.
             member.breaker.release_probe()
             logger.info("peer %s: %s; asking the hub", member.url, exc)
             return False

@@ -17,8 +17,9 @@ from loadtest.procs import Process, start_process
 from service.runner import start_site
 from spoke.config import SpokeConfig
 from spoke.tier.peers_arg import PeerSource
+from tests.conftest import CHUNK
 from tests.support.http import fetch, metric, stats
-from tests.support.servers import RunningServer, start_spoke
+from tests.support.servers import GatedBackend, RunningServer, start_spoke
 from tests.support.waits import wait_for_stats
 from tests.tier.conftest import SECRET, TierMaker, free_ports, wait_all_up
 
@@ -171,3 +172,26 @@ async def test_a_peer_that_stops_answering_costs_a_bounded_wait_never_a_read(
         released.set()
         await spoke.stop()
         await runner.cleanup()
+
+
+async def test_a_hub_failing_behind_a_peer_counts_nothing_against_the_peer(
+    make_tier: TierMaker, gated: GatedBackend, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    tier = await make_tier(2, fetch_attempts=1)
+    path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
+    for url in tier.urls:  # manifests known before the hub's reads start failing
+        async with http.head(f"{url}/objects/{path}") as resp:
+            assert resp.status == 200
+    gated.fail_reads = True
+    for url in tier.urls:
+        status, _, _ = await fetch(http, f"{url}/objects/{path}",
+                                   {"Range": f"bytes=0-{10 * CHUNK - 1}"})
+        assert status >= 500  # nobody has these chunks, and the hub cannot send them
+    for url in tier.urls:
+        doc = await stats(http, url)
+        assert doc["peer_errors"] == 0
+        assert {p["state"] for p in doc["peers"]} == {"self", "up"}
+    gated.fail_reads = False
+    for url in tier.urls:
+        status, _, body = await fetch(http, f"{url}/objects/{path}")
+        assert (status, body) == (200, data)
