@@ -16,7 +16,7 @@ import hmac
 
 from aiohttp import web
 
-from protocol.auth import BadToken, MissingToken
+from protocol.auth import AuthError, BadToken, MissingToken
 from protocol.chunks import chunk_bounds
 from protocol.errors import ProtocolError, RangeNotSatisfiable
 from protocol.manifest import Manifest
@@ -45,12 +45,15 @@ class VersionGone(ProtocolError):
 def _peer_refusal(request: web.Request) -> web.Response | None:
     """401 problem+json unless the request carries the tier's secret."""
     scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
+    refusal: AuthError | None = None
     if scheme.lower() != "bearer" or not token.strip():
-        return unauthorized(MissingToken("peer requests need the tier's secret as "
-                                         "Authorization: Bearer"))
-    if not hmac.compare_digest(token.strip().encode(), request.app[SECRET].encode()):
-        return unauthorized(BadToken("not the tier's secret"))
-    return None
+        refusal = MissingToken("peer requests need the tier's secret as Authorization: Bearer")
+    elif not hmac.compare_digest(token.strip().encode(), request.app[SECRET].encode()):
+        refusal = BadToken("not the tier's secret")
+    if refusal is None:
+        return None
+    request.app[TIER].counters.peer_refused += 1  # a spoke with another secret shows here
+    return unauthorized(refusal)
 
 
 async def get_peer_info(request: web.Request) -> web.Response:

@@ -215,7 +215,7 @@ def tier_snapshot(tier: TieredUpstream) -> dict[str, object]:
         "peer_errors": c.peer_errors, "hub_bytes_saved": c.peer_bytes,
         "hub_direct_fetches": c.hub_direct, "peer_requests_served": c.peers_asked_by,
         "peer_prefetches": c.peer_prefetches,
-        "peer_prefetches_served": c.peer_prefetches_served,
+        "peer_prefetches_served": c.peer_prefetches_served, "peer_refused": c.peer_refused,
         "peers": tier.membership.snapshot(),
     }
 
@@ -234,6 +234,9 @@ def tier_series(tier: TieredUpstream | None) -> list[AnySeries]:
         Series("spoke_peer_requests_served_total", "counter",
                "chunk requests other spokes of the tier sent this one",
                lambda: c.peers_asked_by),
+        Series("spoke_peer_refused_total", "counter",
+               "peer requests refused without the tier's secret (a spoke with another one?)",
+               lambda: c.peer_refused),
     ]
     if tier is None:
         return series

@@ -71,6 +71,7 @@ class TierCounters:
     peers_asked_by: int = 0  # chunk requests other spokes sent this one
     peer_prefetches: int = 0  # chunks this spoke had their owner prefetch
     peer_prefetches_served: int = 0  # prefetches other spokes asked of this one
+    peer_refused: int = 0  # peer requests refused for want of the tier's secret
 
 
 class _Buffer:

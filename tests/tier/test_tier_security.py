@@ -60,6 +60,8 @@ async def test_peer_endpoints_need_the_tier_secret_and_a_loader_token_opens_none
         for auth in ({}, bearer(admin), bearer(SECRET + "x"), {"Authorization": SECRET}):
             answer = await fetch(http, url + target, {**chunk, **auth}, method)
             assert SECRET not in str(assert_problem(answer, 401))
+    doc = await stats(http, url, bearer(admin))
+    assert doc["peer_refused"] == 3 * 4
     # The tier's secret is no loader token: it opens no loader route.
     assert_problem(await fetch(http, f"{url}/objects/{path}", PEER_HEADERS), 401)
     assert_problem(await fetch(http, f"{url}/stats", PEER_HEADERS), 401)
