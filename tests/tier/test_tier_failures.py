@@ -65,16 +65,21 @@ async def test_a_spoke_killed_mid_run_fails_no_read_and_its_share_returns_when_i
 
         # Loaders on the two survivors read on while the third dies under them.
         stop = asyncio.Event()
+        reading = [asyncio.Event(), asyncio.Event()]
 
-        async def loader(url: str) -> tuple[int, int]:
+        async def loader(i: int) -> tuple[int, int]:
             reads = failed = 0
             while not stop.is_set() or reads < 2 * len(contents):
-                failed += await read_all(http, url, contents)
-                reads += len(contents)
+                for path, data in contents.items():
+                    status, _, body = await fetch(http, f"{urls[i]}/objects/{path}")
+                    failed += status != 200 or body != data
+                    reads += 1
+                    reading[i].set()
             return reads, failed
 
-        loaders = [asyncio.create_task(loader(u)) for u in urls[:2]]
-        await asyncio.sleep(0)
+        loaders = [asyncio.create_task(loader(i)) for i in range(2)]
+        for started in reading:  # both loaders are mid-pass when the third spoke dies
+            await asyncio.wait_for(started.wait(), WAIT_S)
         await asyncio.to_thread(procs[2].stop, signal.SIGKILL)
         stop.set()
         results = await asyncio.wait_for(asyncio.gather(*loaders), WAIT_S)
