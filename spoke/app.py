@@ -246,5 +246,6 @@ async def open_cache(
     )
     if tier is not None:
         tier.manifest_of, tier.stats = cache.manifests.known, cache.stats
+        tier.hub_breaker = cache.breaker
     await cache.open()
     return cache

@@ -35,7 +35,7 @@ from spoke.cache.resident import Resident, covers
 from spoke.cache.slots import Backlog, PrioritySlots, SlotClaim
 from spoke.upstream.base import HeadCheck, Placement, Upstream
 from spoke.upstream.errors import ChunkCorrupt, HubError, HubUnavailable, StaleVersion
-from spoke.upstream.resilience import CLOSED, ResilientCalls
+from spoke.upstream.resilience import CLOSED, CircuitBreaker, ResilientCalls
 
 # Hashing a chunk this large on the event loop would stall other requests; xxh3 hashes
 # even large chunks faster than the thread hop would take, so it stays inline.
@@ -65,6 +65,12 @@ class Fills:
         self.upstream = upstream
         self.placement = placement
         self.calls = calls
+        # Chunks another spoke of the tier keeps are retried as any, but not behind the
+        # hub's breaker: their owner may hold them while the hub is down (the tier's
+        # upstream puts its own fallback to the hub behind that breaker).
+        self._peer_calls = None if placement is None else ResilientCalls(
+            calls.policy, CircuitBreaker(failure_threshold=1 << 62), clock=calls.clock,
+            sleep=calls.sleep)
         self.local = local
         self.space = local.space
         self.db = local.db
@@ -305,7 +311,11 @@ class Fills:
                 raise
 
         try:
-            await self.calls.call(attempt)
+            calls = self.calls
+            if self._peer_calls is not None and self.placement is not None and \
+                    not self.placement.keeps(key.path, key.etag, key.index):
+                calls = self._peer_calls
+            await calls.call(attempt)
         except StaleVersion:
             self.stats.fill_failures += 1
             self.manifests.invalidate(key.path)

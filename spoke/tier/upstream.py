@@ -47,7 +47,7 @@ from spoke.upstream.errors import (
     UnavailableAnswer,
 )
 from spoke.upstream.hub import HubClient
-from spoke.upstream.resilience import CircuitOpen
+from spoke.upstream.resilience import CircuitBreaker, CircuitOpen, is_connectivity_failure
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +106,8 @@ class TieredUpstream:
         # The cache's counters (set once it is open): a fill counts each upstream fetch
         # as the hub's, and a chunk a peer brought is taken back off the hub's count here.
         self.stats: SpokeStats | None = None
+        # The cache's breaker on the hub (set once it is open); see fetch_into.
+        self.hub_breaker: CircuitBreaker | None = None
         self._clients: dict[str, HubClient] = {}
         self._session: aiohttp.ClientSession | None = None
         self._membership_task: asyncio.Task[None] | None = None
@@ -167,7 +169,32 @@ class TieredUpstream:
                 if await self._from_peer(member, manifest, index, r, target):
                     return
         self.counters.hub_direct += 1
-        await self.hub.fetch_into(path, etag, r, target, on_head)
+        breaker = self.hub_breaker
+        if breaker is None or etag is None or not self._routed(path, etag, r):
+            await self.hub.fetch_into(path, etag, r, target, on_head)  # the cache's breaker
+            return
+        # A chunk another spoke keeps: the cache's retries ran without the hub's breaker,
+        # so its fallback to the hub goes through that breaker here.
+        breaker.before_call()
+        try:
+            await self.hub.fetch_into(path, etag, r, target, on_head)
+        except HubError as exc:
+            if is_connectivity_failure(exc):
+                breaker.on_failure()
+            else:
+                breaker.release_probe()
+            raise
+        except BaseException:
+            breaker.release_probe()
+            raise
+        breaker.on_success()
+
+    def _routed(self, path: str, etag: str, r: ByteRange) -> bool:
+        """Whether the cache fetches this chunk as one another spoke keeps."""
+        manifest = self.manifest_of(path)
+        if manifest is None or manifest.etag != etag or r.start % manifest.chunk_size:
+            return False
+        return not self.keeps(path, etag, r.start // manifest.chunk_size)
 
     # -- placement, as the cache asks it ------------------------------------
 

@@ -20,7 +20,7 @@ from spoke.tier.peers_arg import PeerSource
 from tests.conftest import CHUNK
 from tests.support.http import fetch, metric, stats
 from tests.support.servers import GatedBackend, RunningServer, start_spoke
-from tests.support.waits import wait_for_stats
+from tests.support.waits import settled_stats, wait_for_stats
 from tests.tier.conftest import SECRET, TierMaker, free_ports, wait_all_up
 
 Dataset = tuple[Path, dict[str, bytes]]
@@ -200,3 +200,26 @@ async def test_a_hub_failing_behind_a_peer_counts_nothing_against_the_peer(
     for url in tier.urls:
         status, _, body = await fetch(http, f"{url}/objects/{path}")
         assert (status, body) == (200, data)
+
+
+async def test_with_the_hub_down_and_its_breaker_open_a_spoke_still_reads_from_owners(
+    hub: RunningServer, make_tier: TierMaker, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    tier = await make_tier(2, fetch_attempts=1, breaker_threshold=1, breaker_reset_s=600.0,
+                           meta_ttl_s=600.0)
+    path, data = "ds/big.bin", dataset[1]["ds/big.bin"]
+    status, _, body = await fetch(http, f"{tier.urls[0]}/objects/{path}")
+    assert (status, body) == (200, data)  # each owner holds its share now
+    async with http.head(f"{tier.urls[0]}/objects/ds/partial.bin") as resp:
+        assert resp.status == 200  # a manifest known, none of its chunks
+    await settled_stats(http, tier.urls[1])
+    await hub.stop()  # the hub is gone: connections refused
+    status, _, _ = await fetch(http, f"{tier.urls[0]}/objects/ds/partial.bin")
+    assert status >= 500
+    doc = await wait_for_stats(http, tier.urls[0], lambda d: d["breaker_state"] == "open")
+    assert doc["cached_chunks"] < len(data) // CHUNK + 1  # spoke 0 holds only its share
+    # Spoke 0's way to the hub is shut, yet every byte of the object still comes: its own
+    # chunks from its disk, the others' from them.
+    status, _, body = await fetch(http, f"{tier.urls[0]}/objects/{path}")
+    assert (status, body) == (200, data)
+    assert (await stats(http, tier.urls[0]))["breaker_state"] == "open"
