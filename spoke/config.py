@@ -192,7 +192,9 @@ class _Tier:
         help="seconds between DNS look-ups of a dns+ peers name, and between peer health probes")
     peer_keep_copies: bool = setting(
         "--peer-keep-copies", default=False, switch=True,
-        help="also keep a copy of chunks fetched from their owner in this spoke's cache")
+        help="also keep a copy of chunks fetched from their owner in this spoke's cache "
+             "(off: each chunk is stored once in the tier, which then holds the sum of "
+             "its spokes' capacity)")
 
 
 @settings
