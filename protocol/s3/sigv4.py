@@ -61,6 +61,8 @@ _AMZ_DATE = re.compile(r"\d{8}T\d{6}Z")
 _HEADER_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 _SCOPE_PART = re.compile(r"[A-Za-z0-9-]{1,64}")
 _UNRESERVED = "-_.~"
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_.~/-]*")
 
 _STATUS = {
     "AccessDenied": 403,
@@ -219,6 +221,8 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
 
 def uri_encode(text: str, *, keep_slash: bool) -> str:
     """AWS's UriEncode: UTF-8, every byte but the unreserved ones as upper-case ``%XX``."""
+    if (_PLAIN_PATH if keep_slash else _PLAIN).fullmatch(text):
+        return text
     return quote(_utf8(text), safe=_UNRESERVED + ("/" if keep_slash else ""))
 
 
@@ -234,7 +238,7 @@ def _utf8(text: str) -> bytes:
 def _canonical_uris(path: str) -> list[str]:
     # "/" for the service root: a request line always has a path, a caller may hand us "".
     raw = path or "/"
-    encoded = uri_encode(unquote(raw, errors="surrogateescape"), keep_slash=True)
+    encoded = uri_encode(_decode(raw), keep_slash=True)
     return [raw] if encoded == raw else [raw, encoded]
 
 
@@ -244,10 +248,13 @@ def _split_query(raw_query: str) -> list[tuple[str, str]]:
         if not part:
             continue
         name, _, value = part.partition("=")
-        pairs.append((
-            unquote(name, errors="surrogateescape"), unquote(value, errors="surrogateescape"),
-        ))
+        pairs.append((_decode(name), _decode(value)))
     return pairs
+
+
+def _decode(token: str) -> str:
+    # Most tokens (dates, hex signatures, plain names) hold no escape: skip the decoder.
+    return unquote(token, errors="surrogateescape") if "%" in token else token
 
 
 def _canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
@@ -429,8 +436,10 @@ def _check_scope(signed: _Signed, service: str) -> None:
 
 def _check_time(signed: _Signed, now: datetime.datetime, max_skew_s: int) -> None:
     try:
-        at = datetime.datetime.strptime(signed.amz_date, "%Y%m%dT%H%M%SZ").replace(
-            tzinfo=datetime.UTC
+        d = signed.amz_date  # YYYYMMDDTHHMMSSZ, all digits where digits go (checked on parse)
+        at = datetime.datetime(
+            int(d[0:4]), int(d[4:6]), int(d[6:8]), int(d[9:11]), int(d[11:13]), int(d[13:15]),
+            tzinfo=datetime.UTC,
         )
     except ValueError:
         raise S3AuthError(
