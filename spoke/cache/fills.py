@@ -33,7 +33,7 @@ from spoke.cache.local import Chunk, ChunkGone, LocalChunks
 from spoke.cache.manifests import Manifests
 from spoke.cache.resident import Resident, covers
 from spoke.cache.slots import Backlog, PrioritySlots, SlotClaim
-from spoke.upstream.base import HeadCheck, Upstream
+from spoke.upstream.base import HeadCheck, Placement, Upstream
 from spoke.upstream.errors import ChunkCorrupt, HubError, HubUnavailable, StaleVersion
 from spoke.upstream.resilience import CLOSED, ResilientCalls
 
@@ -60,8 +60,10 @@ class Fills:
     def __init__(
         self, upstream: Upstream, calls: ResilientCalls, local: LocalChunks,
         manifests: Manifests, stats: SpokeStats, clock: Clock, fetch_concurrency: int,
+        placement: Placement | None = None,
     ) -> None:
         self.upstream = upstream
+        self.placement = placement
         self.calls = calls
         self.local = local
         self.space = local.space
@@ -165,6 +167,9 @@ class Fills:
         it ended.
         """
         chunk_size = self.manifests.chunk_size
+        # In a tier the first chunk, too, goes through its owner, which needs its version.
+        if self.placement is not None:
+            return None
         if offset is None or chunk_size is None or path in self.early or \
                 path in self.manifests or self.space.resident.holds_any_of(path) or \
                 len(self.early) >= self.slots.capacity or \
@@ -236,6 +241,10 @@ class Fills:
     async def _store(self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling) -> None:
         """Make room for the verified chunk in ``fill`` and store it (or serve it uncached)."""
         if key.name in self._unwanted:  # purged while it was being fetched
+            return
+        if self.placement is not None and \
+                not self.placement.keeps(key.path, key.etag, key.index):
+            self.stats.uncached_fills += 1  # another spoke of the tier keeps it
             return
         victims, reserved = self.space.reserve(key.name, fill.length, tenant)
         try:

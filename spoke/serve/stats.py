@@ -9,10 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from service.metrics import AnySeries, Histogram, HistogramSeries, LabeledCounter, Series
+from service.metrics import (
+    AnySeries,
+    Histogram,
+    HistogramSeries,
+    LabeledCounter,
+    LabeledGauge,
+    Series,
+)
 from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
 from spoke.prefetch.warm import WarmJobs
+from spoke.tier.upstream import TieredUpstream
 from spoke.upstream.resilience import STATE_CODES
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -138,6 +146,8 @@ def stats_series(
         HistogramSeries("spoke_read_seconds", "loader read latency, by X-Cache outcome",
                         label="cache", by_label=read_latency),
     ]
+    if isinstance(cache.hub, TieredUpstream):
+        series += tier_series(cache.hub)
     return series
 
 
@@ -190,4 +200,41 @@ def stats_snapshot(
         background_errors=dict(cache.background_errors.counts),
         disk_write_errors=dict(cache.disk_errors.counts),
     )
+    if isinstance(cache.hub, TieredUpstream):
+        snapshot.update(tier_snapshot(cache.hub))
     return snapshot
+
+
+def tier_snapshot(tier: TieredUpstream) -> dict[str, object]:
+    """The tier's part of /stats: what peers brought (the hub bytes they saved), what
+    failed, what other spokes asked of this one, and each member's state and share."""
+    c = tier.counters
+    return {
+        "peer_fetches": c.peer_fetches, "peer_bytes": c.peer_bytes,
+        "peer_errors": c.peer_errors, "hub_bytes_saved": c.peer_bytes,
+        "hub_direct_fetches": c.hub_direct, "peer_requests_served": c.peers_asked_by,
+        "peers": tier.membership.snapshot(),
+    }
+
+
+def tier_series(tier: TieredUpstream) -> list[AnySeries]:
+    """The tier's /metrics series."""
+    c, membership = tier.counters, tier.membership
+    return [
+        Series("spoke_peer_fetches_total", "counter", "chunks fetched from their owner spoke",
+               lambda: c.peer_fetches),
+        Series("spoke_peer_bytes_total", "counter",
+               "chunk bytes fetched from peers: hub bytes the tier saved", lambda: c.peer_bytes),
+        Series("spoke_peer_errors_total", "counter",
+               "peer chunk fetches that failed and went to the next choice or the hub",
+               lambda: c.peer_errors),
+        Series("spoke_peer_requests_served_total", "counter",
+               "chunk requests other spokes of the tier sent this one",
+               lambda: c.peers_asked_by),
+        Series("spoke_tier_members", "gauge", "spokes in the tier, this one included",
+               lambda: len(membership.members) + 1),
+        LabeledGauge("spoke_peer_down", "1 while a peer's breaker keeps keys off it", "peer",
+                     membership.down),
+        LabeledGauge("spoke_peer_share", "share of the chunk keys a member owns", "peer",
+                     membership.shares),
+    ]

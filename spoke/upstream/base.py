@@ -60,3 +60,11 @@ class Upstream(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class Placement(Protocol):
+    """Which chunks this spoke keeps, when it is one of a tier (:mod:`spoke.tier`): the
+    chunks other spokes own are served but not stored, so that the tier's cache is the
+    sum of its spokes'."""
+
+    def keeps(self, path: str, etag: str, index: int) -> bool: ...
