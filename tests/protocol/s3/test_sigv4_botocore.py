@@ -282,3 +282,22 @@ def test_both_carriers_at_once_are_refused() -> None:
     query = presigned(c.generate_presigned_url("get_object", Params=params))
     both = replace(header, query=query.query)
     assert refused(both).code == "InvalidArgument"
+
+
+@pytest.mark.parametrize(
+    ("signed_path", "sent_path"),
+    [
+        ("/ds/a%3Db.bin", "/ds/a=b.bin"),
+        ("/ds/%C3%A9.bin", "/ds/%c3%a9.bin"),
+        ("/ds/a%21", "/ds/a!"),
+    ],
+)
+def test_a_path_sent_in_another_encoding_of_the_same_key_verifies(
+    signed_path: str, sent_path: str
+) -> None:
+    """A client that signed the canonical encoding but sent the key in another form."""
+    wire = _auth_signed(f"http://127.0.0.1:9000{signed_path}", {})
+    assert verify(replace(wire, path=sent_path)).access_key == AK
+    # ... but only another form of the same key.
+    other = sent_path[:-1] + ("x" if sent_path[-1] != "x" else "y")
+    assert refused(replace(wire, path=other)).code == "SignatureDoesNotMatch"

@@ -25,7 +25,7 @@ from xml.sax.saxutils import escape as xml_escape
 import pytest
 
 from protocol.s3.credentials import S3Key
-from protocol.s3.sigv4 import S3AuthError, authenticate
+from protocol.s3.sigv4 import S3AuthError, authenticate, uri_encode
 
 AK = "AKIAHUBSPOKECLIENTS1"
 SECRET = "cLiEnTs/SeCrEt+0123456789abcdefghijKLMN"
@@ -193,8 +193,6 @@ def _signed_at(request: Seen) -> datetime.datetime:
 
 
 def _encoded(key: str) -> str:
-    from protocol.s3.sigv4 import uri_encode
-
     return "/" + uri_encode(f"{BUCKET}/{key}", keep_slash=True)
 
 
