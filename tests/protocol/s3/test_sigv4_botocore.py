@@ -301,3 +301,30 @@ def test_a_path_sent_in_another_encoding_of_the_same_key_verifies(
     # ... but only another form of the same key.
     other = sent_path[:-1] + ("x" if sent_path[-1] != "x" else "y")
     assert refused(replace(wire, path=other)).code == "SignatureDoesNotMatch"
+
+
+def test_a_repeated_request_is_checked_again_against_the_keys_and_the_clock() -> None:
+    """Verified requests are remembered; a repeat still answers to today's keys and clock."""
+    c = client(AK, SECRET)
+    wire = presigned(c.generate_presigned_url(
+        "get_object", Params={"Bucket": BUCKET, "Key": "again.bin"}, ExpiresIn=600,
+    ))
+    at = wire.signed_at()
+    assert verify(wire).access_key == AK
+    assert verify(wire).access_key == AK
+
+    def check(keys: dict[str, S3Key], now: datetime.datetime) -> S3Key:
+        return authenticate(wire.method, wire.path, wire.query, wire.headers, keys, now)
+
+    with pytest.raises(S3AuthError) as caught:
+        check({AK: S3Key(AK, "a-rotated-secret-of-enough-bytes", ("",))}, at)
+    assert caught.value.code == "SignatureDoesNotMatch"
+    with pytest.raises(S3AuthError) as caught:
+        check({}, at)
+    assert caught.value.code == "InvalidAccessKeyId"
+    narrowed = S3Key(AK, SECRET, ("ds/only",))
+    assert check({AK: narrowed}, at).prefixes == ("ds/only",)
+    with pytest.raises(S3AuthError) as caught:
+        check(KEYS, at + datetime.timedelta(seconds=601))
+    assert caught.value.code == "AccessDenied"
+    assert verify(wire).access_key == AK
