@@ -24,6 +24,7 @@ from protocol.s3.requests import Operation, bucket_from_host, target
 from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
+from service.limits import LIMIT
 from service.problem import error_headers
 from spoke.s3.access import S3Access, check_object
 from spoke.s3.errors import AMZ_REQUEST_ID, s3_code
@@ -31,6 +32,7 @@ from spoke.s3.listing import KnownBuckets
 from spoke.s3.stats import S3_STATS, S3Stats
 from spoke.serve import handlers
 from spoke.serve.fast import FastObjectReads
+from spoke.serve.objects import ObjectReads
 from spoke.serve.plain import OBJECTS, PLAIN_FIELDS
 
 # What S3 clients add to a read: their signature (checked, or ignored when anonymous),
@@ -82,10 +84,10 @@ class S3FastReads:
         rng = head.headers.get("range")
         if rng is not None and ("," in rng or head.method == "HEAD"):
             return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
-        if not self.buckets.known(bucket):
-            if reads.cache.fresh_manifest(path) is None:
-                return None  # a 404 must say NoSuchBucket or NoSuchKey: aiohttp finds out
+        unknown = not self.buckets.known(bucket)
+        if unknown and reads.cache.fresh_manifest(path) is not None:
             self.buckets.saw(bucket)  # it holds an object
+            unknown = False
         if self.access.keys is not None:
             try:
                 key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())
@@ -94,11 +96,41 @@ class S3FastReads:
                 return None  # aiohttp answers the 403, and counts it
         plain = RequestHead(head.method, f"{OBJECTS}{path}", Headers(
             {k: v for k, v in head.headers.items() if k in READ_FIELDS}), head.keep_alive)
+        if unknown:
+            return self._once_known(reads, plain, conn, raw_path, bucket, path)
+        return self._delegate(plain, conn, raw_path)
+
+    async def _once_known(
+        self, reads: ObjectReads, plain: RequestHead, conn: FastConnection, raw_path: str,
+        bucket: str, path: str,
+    ) -> Reply | None:
+        """A read in a bucket not known to exist yet: its manifest first. Found, the
+        bucket exists and the read goes on here; not (a 404 must say NoSuchBucket or
+        NoSuchKey, and only a listing tells) or any other failure, nothing is sent and
+        aiohttp answers."""
+        limit = self.spoke.get(LIMIT)
+        if limit is not None and not limit.acquire(conn.client):
+            limit.rejected -= 1  # aiohttp answers (503 SlowDown), and counts it
+            return None
+        try:
+            await reads.cache.manifest(path)
+        except Exception:  # nothing is sent yet: aiohttp answers, in S3's words
+            return None
+        finally:
+            if limit is not None:
+                limit.release(conn.client)
+        self.buckets.saw(bucket)
+        answer = self._delegate(plain, conn, raw_path)
+        return answer if answer is None or isinstance(answer, Reply) else await answer
+
+    def _delegate(
+        self, plain: RequestHead, conn: FastConnection, raw_path: str
+    ) -> Reply | Awaitable[Reply | None] | None:
         stats = self.spoke[S3_STATS]
         amz = AmzConnection(conn, raw_path, stats.errors)
         started = time.perf_counter()
         answer = self._objects(plain, amz)
-        op = str((Operation.GET_OBJECT if head.method == "GET" else Operation.HEAD_OBJECT).value)
+        op = str((Operation.GET_OBJECT if plain.method == "GET" else Operation.HEAD_OBJECT).value)
         if answer is None or isinstance(answer, Reply):
             if answer is not None:
                 _counted(stats, op, answer, started)

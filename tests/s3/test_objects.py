@@ -313,3 +313,28 @@ async def test_a_client_over_its_in_flight_cap_is_told_to_slow_down(
 async def _read(http: aiohttp.ClientSession, url: str) -> bytes:
     async with http.get(url) as r:
         return await r.read()
+
+
+async def test_a_cold_first_read_keeps_its_connection_on_the_fast_path(
+    front: S3Front, dataset: Dataset
+) -> None:
+    fast = front.runner.app[FAST]
+    assert isinstance(fast, S3FastReads)
+    answered: list[bool] = []
+    inner = fast._objects
+
+    def spy(*args: Any) -> Any:
+        reply = inner(*args)
+        answered.append(reply is not None)
+        return reply
+
+    fast._objects = spy  # type: ignore[assignment]
+    data = dataset[1]["ds/partial.bin"]
+    connector = aiohttp.TCPConnector(limit=1)  # one connection for every request
+    async with aiohttp.ClientSession(connector=connector) as one:
+        for headers, want in [({}, data), ({"Range": "bytes=10-99"}, data[10:100]),
+                              ({}, data), ({"Range": "bytes=-7"}, data[-7:])]:
+            async with one.get(f"{front.url}/ds/partial.bin", headers=headers) as r:
+                assert await r.read() == want
+                assert r.headers["x-amz-request-id"]
+    assert answered == [True] * 4
