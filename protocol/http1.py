@@ -34,6 +34,12 @@ from protocol.headers import REQUEST_ID_HEADER
 # then the same to every parser, aiohttp's included. No class admits CR, so a match
 # is the whole first line or nothing.
 _REQUEST_LINE = re.compile(r"(GET|HEAD) (/[A-Za-z0-9._~!$&'()*+,;=:@/-]*) HTTP/1\.1(?=\r\n|\Z)")
+# The same with percent-encoding and a query (RFC 3986's pchar and query), for a reader
+# whose handler decodes the target itself (the spoke's S3 front end).
+_REQUEST_LINE_WITH_QUERY = re.compile(
+    r"(GET|HEAD) (/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*(?:\?[A-Za-z0-9._~!$&'()*+,;=:@/?%-]*)?)"
+    r" HTTP/1\.1(?=\r\n|\Z)"
+)
 # A field line, from its leading CRLF: a name of RFC 9110 §5.6.2 token characters,
 # then a value of visible ASCII, space and tab (the reader strips its trailing spaces
 # and tabs). No class admits CR or LF, so a match never spans two lines, and the
@@ -88,16 +94,19 @@ class RequestHead:
     keep_alive: bool
 
 
-def parse_request_head(head: bytes | bytearray) -> RequestHead | None:
+def parse_request_head(
+    head: bytes | bytearray, *, with_query: bool = False
+) -> RequestHead | None:
     """The request in ``head`` (up to, not including, the blank line), or ``None``
-    when it is outside the subset this reader takes."""
+    when it is outside the subset this reader takes. ``with_query``: targets may hold
+    percent-encodings and a query too, left as sent for the handler to decode."""
     if len(head) > MAX_REQUEST_HEAD_BYTES:
         return None
     text = head.decode("latin-1")
     count = text.count("\r\n")
     if count > MAX_FIELDS:
         return None
-    line = _REQUEST_LINE.match(text)
+    line = (_REQUEST_LINE_WITH_QUERY if with_query else _REQUEST_LINE).match(text)
     if line is None or (end := line.end()) > MAX_REQUEST_LINE_BYTES:
         return None
     headers = Headers()

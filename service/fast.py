@@ -130,6 +130,9 @@ class FastServer:
         idle_timeout_s: float, front: FrontStats | None = None,
     ) -> None:
         self.handler = handler
+        # A handler with ``takes_queries`` set decodes targets itself: it is offered
+        # those with percent-encodings and a query too.
+        self.with_query = bool(getattr(handler, "takes_queries", False))
         self.slow = slow
         self.limits = limits
         self.idle_timeout_s = idle_timeout_s
@@ -413,7 +416,7 @@ class FastProtocol(asyncio.Protocol):
                     self._arm_header_timer()
                 return
             self._disarm_header_timer()
-            head = parse_request_head(self._buf[:end])
+            head = parse_request_head(self._buf[:end], with_query=self.server.with_query)
             if head is None:
                 self._hand_off()
                 return

@@ -55,6 +55,8 @@ MAX_REMEMBERED_PATHS = 10_000
 class S3FastReads:
     """The S3 app's :data:`service.fast.FastHandler`."""
 
+    takes_queries = True  # keys are percent-encoded, presigned URLs carry a query
+
     def __init__(
         self, spoke: web.Application, access: S3Access, domain: str | None,
         buckets: KnownBuckets,

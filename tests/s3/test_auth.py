@@ -15,7 +15,9 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from protocol.s3.credentials import parse_credentials
+from service.fast import FAST
 from spoke.s3.access import S3Access, utc_now
+from spoke.s3.fast import S3FastReads
 from tests.s3.conftest import FrontFactory, S3Front, get_object
 from tests.support.waits import settled_stats
 
@@ -135,3 +137,36 @@ async def test_virtual_hosted_requests_verify(
             assert r.status == status, body
             if status == 200:
                 assert body == dataset[1]["ds/small.bin"]
+
+
+async def test_presigned_reads_take_the_fast_path(
+    keyed: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    fast = keyed.runner.app[FAST]
+    assert isinstance(fast, S3FastReads)
+    answered: list[bool] = []
+    inner = fast._objects
+
+    def spy(*args: Any) -> Any:
+        reply = inner(*args)
+        answered.append(reply is not None)
+        return reply
+
+    fast._objects = spy  # type: ignore[assignment]
+    client = keyed.client(key="DSKEY", secret=DS_SECRET)
+    url = client.generate_presigned_url("get_object",
+                                        Params={"Bucket": "ds", "Key": "exact.bin"})
+    data = dataset[1]["ds/exact.bin"]
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector) as one:
+        for rng, want in (("bytes=0-99", data[:100]), ("bytes=70000-", data[70000:]),
+                          (None, data)):
+            headers = {"Range": rng} if rng else {}
+            async with one.get(url, headers=headers) as r:
+                assert await r.read() == want
+    # Outside the key's scope: refused, by aiohttp, in S3's words.
+    denied = client.generate_presigned_url("get_object",
+                                           Params={"Bucket": "ds", "Key": "big.bin"})
+    async with http.get(denied) as r:
+        assert r.status == 403 and "<Code>AccessDenied</Code>" in await r.text()
+    assert answered == [True] * 3

@@ -338,3 +338,27 @@ async def test_a_cold_first_read_keeps_its_connection_on_the_fast_path(
                 assert await r.read() == want
                 assert r.headers["x-amz-request-id"]
     assert answered == [True] * 4
+
+
+async def test_percent_encoded_keys_take_the_fast_path(
+    front: S3Front, dataset: Dataset
+) -> None:
+    root, _ = dataset
+    (root / "ds" / "sp ace+%.bin").write_bytes(b"0123456789")
+    fast = front.runner.app[FAST]
+    assert isinstance(fast, S3FastReads)
+    answered: list[bool] = []
+    inner = fast._objects
+
+    def spy(*args: Any) -> Any:
+        reply = inner(*args)
+        answered.append(reply is not None)
+        return reply
+
+    fast._objects = spy  # type: ignore[assignment]
+    client = front.client()
+    for rng, want in ((None, b"0123456789"), ("bytes=2-4", b"234")):
+        kwargs = {"Range": rng} if rng else {}
+        _, body = await get_object(client, Bucket="ds", Key="sp ace+%.bin", **kwargs)
+        assert body == want
+    assert answered == [True, True]

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import BadPath
+from protocol.http1 import parse_request_head
 from protocol.s3.errors import (
     InvalidArgument,
     InvalidBucketName,
@@ -171,3 +172,20 @@ def test_page_fields() -> None:
 
 def test_buckets_are_first_segments() -> None:
     assert buckets(["top.bin", "ds/a", "ds/b/c", "zz/x", "aa/y"]) == ["aa", "ds", "zz"]
+
+
+@pytest.mark.parametrize("target", [
+    "/ds/a%20b.bin", "/ds/a.bin?X-Amz-Signature=ab%2F&X-Amz-Expires=60", "/ds/a?x-id=GetObject",
+    "/ds/a?acl", "/ds/a?",
+])
+def test_fast_heads_with_queries(target: str) -> None:
+    head = f"GET {target} HTTP/1.1\r\nHost: x".encode()
+    parsed = parse_request_head(head, with_query=True)
+    assert parsed is not None and parsed.target == target
+    assert parse_request_head(head) is None  # /objects' reader takes neither
+
+
+@pytest.mark.parametrize("target", ["/ds/a#frag", "/ds/a b", "/ds/\x7f", "/ds/a?b#c", "http://h/a"])
+def test_fast_heads_with_queries_still_refuse(target: str) -> None:
+    head = f"GET {target} HTTP/1.1\r\nHost: x".encode("latin-1")
+    assert parse_request_head(head, with_query=True) is None
