@@ -9,7 +9,9 @@ reads, checked before any byte (cached or not) is served.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Callable, Iterable, Mapping
+from urllib.parse import unquote
 
 from protocol.s3.credentials import S3Key, parse_credentials
 from protocol.s3.errors import AccessDenied
@@ -45,7 +47,37 @@ class S3Access:
         :class:`~protocol.s3.sigv4.S3AuthError`."""
         if self.keys is None:
             return None
-        return authenticate(method, raw_path, raw_query, headers, self.keys, self.now())
+        return authenticate(method, raw_path, raw_query, signed_fields(raw_query, headers),
+                            self.keys, self.now())
+
+
+# Fields the verification reads whether signed or not: the signature, the date, the payload.
+_AUTH_FIELDS = frozenset({"authorization", "x-amz-date", "date", "x-amz-content-sha256"})
+_SIGNED_HEADERS = re.compile(r"SignedHeaders=([^,\s]*)")
+
+
+def signed_fields(raw_query: str, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The fields of a request that its signature can depend on: those it signed and
+    :data:`_AUTH_FIELDS`; all of them when it names none. Unsigned fields (a presigned
+    URL's Range, an SDK's invocation id) then leave the verification, and its memo of
+    requests already verified, alone."""
+    pairs = [(name.lower(), value) for name, value in headers]
+    names = None
+    for name, value in pairs:
+        if name == "authorization":
+            match = _SIGNED_HEADERS.search(value)
+            names = match.group(1).split(";") if match else None
+            break
+    else:
+        for part in raw_query.split("&"):
+            if part.startswith("X-Amz-SignedHeaders="):
+                names = unquote(part.partition("=")[2]).split(";")
+                break
+    names = [n for n in names or () if n]
+    if not names:
+        return pairs
+    keep = _AUTH_FIELDS.union(names)
+    return [(name, value) for name, value in pairs if name in keep]
 
 
 def check_object(key: S3Key | None, path: str) -> None:
