@@ -96,8 +96,9 @@ class S3FastReads:
                 check_object(key, path)
             except ProtocolError:
                 return None  # aiohttp answers the 403, and counts it
-        plain = RequestHead(head.method, f"{OBJECTS}{path}", Headers(
-            {k: v for k, v in head.headers.items() if k in READ_FIELDS}), head.keep_alive)
+        fields = head.headers if READ_FIELDS.issuperset(head.headers) else Headers(
+            {k: v for k, v in head.headers.items() if k in READ_FIELDS})
+        plain = RequestHead(head.method, f"{OBJECTS}{path}", fields, head.keep_alive)
         if unknown:
             return self._once_known(reads, plain, conn, raw_path, bucket, path)
         return self._delegate(plain, conn, raw_path)
