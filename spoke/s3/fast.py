@@ -67,6 +67,9 @@ class S3FastReads:
         self.buckets = buckets
         self._paths: dict[str, tuple[str, str] | None] = {}
         self._objects = FastObjectReads(spoke, handlers.READS, _s3_problem)
+        # Set by make_app, before this: read once, not per request.
+        self._stats = spoke[S3_STATS]
+        self._guarded = GUARD in spoke
 
     def __call__(
         self, head: RequestHead, conn: FastConnection
@@ -74,7 +77,7 @@ class S3FastReads:
         reads = self.spoke.get(handlers.READS)
         if reads is None or not FAST_FIELDS.issuperset(head.headers):
             return None
-        if self.spoke.get(GUARD) is not None:
+        if self._guarded:
             return None  # /objects' fast path would ask for a bearer token
         if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
             return None  # virtual-hosted: aiohttp's
@@ -129,11 +132,11 @@ class S3FastReads:
     def _delegate(
         self, plain: RequestHead, conn: FastConnection, raw_path: str
     ) -> Reply | Awaitable[Reply | None] | None:
-        stats = self.spoke[S3_STATS]
+        stats = self._stats
         amz = AmzConnection(conn, raw_path, stats.errors)
         started = time.perf_counter()
         answer = self._objects(plain, amz)
-        op = str((Operation.GET_OBJECT if plain.method == "GET" else Operation.HEAD_OBJECT).value)
+        op = _GET if plain.method == "GET" else _HEAD
         if answer is None or isinstance(answer, Reply):
             if answer is not None:
                 _counted(stats, op, answer, started)
@@ -165,9 +168,12 @@ class S3FastReads:
         return named
 
 
+_GET, _HEAD = str(Operation.GET_OBJECT.value), str(Operation.HEAD_OBJECT.value)
+
+
 def _counted(stats: S3Stats, op: str, reply: Reply, started: float) -> None:
     stats.requests[op] += 1
-    if reply.x_cache is not None and op == Operation.GET_OBJECT.value:
+    if reply.x_cache is not None and op == _GET:
         stats.observe(reply.x_cache, time.perf_counter() - started)
 
 
