@@ -1,0 +1,299 @@
+"""The hub's fast path: ``GET``/``HEAD /objects/{path}`` of its own files without aiohttp.
+
+A read of a file whose bytes are in the page cache is answered on the
+:class:`service.fast.FastProtocol` itself: the file opened as the filesystem backend
+opens it (no link followed below the root), the answer planned by
+:func:`protocol.response.plan_response` as the aiohttp handler plans it, small ranges
+read and written within the callback that read the request, large ones sent with
+``os.sendfile``. The commonest request, one ``bytes=a-b`` range and nothing that could
+change the answer, is written from a head made once per file version.
+
+Whatever might answer differently, or block, is declined, and aiohttp answers it as it
+always did: other routes, percent-encoded or queried targets, unknown fields, a token
+that does not check out (aiohttp answers the 401/403 and counts it), a client at its
+in-flight limit, a missing file, 412/416, multipart answers (their boundary is checked
+against the bytes), and bytes not in the page cache (aiohttp reads those in a thread,
+so a disk read never stalls the event loop).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import time
+from collections.abc import Awaitable
+from itertools import takewhile
+
+from aiohttp import web
+
+from hub.backend import FilesystemBackend, ObjectInfo, OpenObject
+from hub.stats import HubStats
+from protocol.auth import authorize
+from protocol.errors import ProtocolError
+from protocol.headers import REQUEST_ID_HEADER
+from protocol.http1 import RequestHead
+from protocol.paths import validate_path
+from protocol.ranges import ByteRange
+from protocol.response import Representation, ResponsePlan, plan_response
+from service.auth import GUARD
+from service.fast import FastConnection, Reply
+from service.limits import LIMIT
+
+OBJECTS = "/objects/"
+# Fields that cannot change the answer once the path and token are checked.
+PLAIN_FIELDS = frozenset({
+    "host", "range", "user-agent", "accept", "accept-encoding", "connection", "keep-alive",
+    REQUEST_ID_HEADER.lower(),
+})
+# A token, once checked, changes nothing either.
+CHECKED_FIELDS = PLAIN_FIELDS | {"authorization"}
+# Fields the planner decides on: conditionals (a spoke's fill sends If-Match), If-Range.
+PLANNED_FIELDS = CHECKED_FIELDS | {
+    "if-match", "if-none-match", "if-modified-since", "if-unmodified-since", "if-range",
+}
+# Below this, reading the bytes (which also says whether they were cached) and writing
+# them costs less than sendfile's extra system calls.
+SENDFILE_MIN_BYTES = 256 << 10
+# A large range counts as cached when one byte in every this many is (probed without
+# waiting): the kernel reads files ahead in windows of about this size.
+PROBE_STRIDE = 128 << 10
+MAX_REMEMBERED = 10_000
+_ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
+
+
+class FastObjects:
+    """The hub app's :data:`service.fast.FastHandler`, over a filesystem backend."""
+
+    def __init__(self, app: web.Application, backend: FilesystemBackend, stats: HubStats) -> None:
+        self.app = app
+        self.backend = backend
+        self.stats = stats
+        self._paths: dict[str, str] = {}
+        self._prefixes: dict[str, tuple[str, bytes]] = {}
+        # None until a read says whether the filesystem can read without waiting.
+        self._nowait: bool | None = None
+
+    def __call__(
+        self, head: RequestHead, conn: FastConnection
+    ) -> Reply | Awaitable[Reply | None] | None:
+        if head.method not in ("GET", "HEAD") or not head.target.startswith(OBJECTS) \
+                or not PLANNED_FIELDS.issuperset(head.headers):
+            return None
+        try:
+            path = self._path(head.target)
+            self._authorize(head, path)
+        except ProtocolError:
+            return None  # aiohttp answers the 400/401/403, and counts it
+        limit = self.app.get(LIMIT)
+        if limit is not None and not limit.acquire(conn.client):
+            limit.rejected -= 1  # aiohttp answers the 429, and counts it
+            return None
+        try:
+            obj = self.backend.open(path)
+        except (ProtocolError, OSError):
+            if limit is not None:
+                limit.release(conn.client)
+            return None  # aiohttp answers the 404 (or the error)
+        done = True
+        try:
+            try:
+                answer = self._answer(head, conn, obj)
+            except OSError:
+                return None  # nothing sent: aiohttp's path meets the error, and answers it
+            if answer is None or isinstance(answer, Reply):
+                return answer
+            done = False
+            return self._finish(answer, obj, conn)
+        finally:
+            if done:
+                obj.close()
+                if limit is not None:
+                    limit.release(conn.client)
+
+    async def _finish(
+        self, answer: Awaitable[Reply | None], obj: OpenObject, conn: FastConnection
+    ) -> Reply | None:
+        try:
+            return await answer
+        finally:
+            obj.close()
+            limit = self.app.get(LIMIT)
+            if limit is not None:
+                limit.release(conn.client)
+
+    def _path(self, target: str) -> str:
+        path = self._paths.get(target)
+        if path is None:
+            raw = target[len(OBJECTS):]
+            if "%" in raw or "?" in raw or "#" in raw:
+                # aiohttp decodes and splits these; its reading is the one that counts.
+                raise ProtocolError("not a plain object target")
+            path = validate_path(raw)
+            if len(self._paths) >= MAX_REMEMBERED:
+                self._paths.clear()
+            self._paths[target] = path
+        return path
+
+    def _authorize(self, head: RequestHead, path: str) -> None:
+        guard = self.app.get(GUARD)
+        if guard is not None:
+            authorize(guard.authenticate(head.headers.get("Authorization")), path)
+
+    def _answer(
+        self, head: RequestHead, conn: FastConnection, obj: OpenObject
+    ) -> Reply | Awaitable[Reply | None] | None:
+        info = obj.info
+        fd = _fileno(obj)
+        if fd is None:
+            return None
+        r = self._plain_range(head, info)
+        if r is not None:
+            start = self._head_prefix(info) + _head_rest(conn, head, r, info.size)
+            return self._send(conn, fd, start, r, 206)
+        try:
+            plan = plan_response(head.method, head.headers, _representation(info), "",
+                                 int(time.time()))
+        except ProtocolError:
+            return None  # 412, 416: aiohttp's answer
+        if plan.boundary is not None:
+            return None  # multipart: aiohttp checks the boundary against the bytes
+        start = conn.head(plan.status, _headers(plan), head.keep_alive)
+        ranges = plan.ranges
+        if head.method == "HEAD" or not ranges:
+            conn.writelines([start])
+            self.stats.requests += 1
+            return Reply(plan.status, 0)
+        return self._send(conn, fd, start, ranges[0], plan.status)
+
+    def _plain_range(self, head: RequestHead, info: ObjectInfo) -> ByteRange | None:
+        """The range of a plain read (one ``bytes=a-b`` within the file, no field that
+        could change the answer), else None: the planner decides."""
+        if head.method != "GET" or "range" not in head.headers:
+            return None
+        if not CHECKED_FIELDS.issuperset(head.headers):
+            return None
+        match = _ONE_RANGE.fullmatch(head.headers["range"])
+        if match is None:
+            return None
+        start, stop = int(match[1]), min(int(match[2]) + 1, info.size)
+        return ByteRange(start, stop) if start < stop else None
+
+    def _send(
+        self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
+    ) -> Reply | Awaitable[Reply | None] | None:
+        if r.length < SENDFILE_MIN_BYTES or not conn.can_sendfile:
+            if r.length > SENDFILE_MIN_BYTES:
+                return None  # TLS: aiohttp streams it from a thread
+            data = self._read_cached(fd, r)
+            if data is None:
+                return None
+            conn.writelines([start, data])
+            self.stats.requests += 1
+            self.stats.bytes_sent += r.length
+            return Reply(status, r.length)
+        if not self._cached(fd, r):
+            return None
+        self.stats.requests += 1
+        return self._sendfile(conn, fd, start, r, status)
+
+    async def _sendfile(
+        self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
+    ) -> Reply:
+        conn.write(start)
+        await conn.drain()
+        try:
+            if not await conn.sendfile(fd, r.start, r.length):
+                for offset in range(r.start, r.stop, SENDFILE_MIN_BYTES):
+                    want = min(SENDFILE_MIN_BYTES, r.stop - offset)
+                    data = os.pread(fd, want, offset)
+                    if len(data) != want:
+                        raise EOFError("the file shrank while it was being sent")
+                    conn.write(data)
+                    await conn.drain()
+        except EOFError:
+            # The file shrank under an open answer: cut it rather than pad.
+            conn.abort()
+            return Reply(status, 0)
+        self.stats.bytes_sent += r.length
+        return Reply(status, r.length)
+
+    def _read_cached(self, fd: int, r: ByteRange) -> bytes | None:
+        """``r``'s bytes if all are in the page cache (else None: reading would wait on
+        the disk); on a filesystem that cannot tell (tmpfs: memory anyway), read."""
+        if self._nowait is not False:
+            buf = bytearray(r.length)
+            try:
+                n = os.preadv(fd, [buf], r.start, os.RWF_NOWAIT)
+            except BlockingIOError:
+                return None
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                self._nowait = False
+            else:
+                self._nowait = True
+                return bytes(buf) if n == r.length else None
+        data = os.pread(fd, r.length, r.start)
+        return data if len(data) == r.length else None
+
+    def _cached(self, fd: int, r: ByteRange) -> bool:
+        """Whether ``r`` looks cached: a byte of every :data:`PROBE_STRIDE`, and its last."""
+        if self._nowait is False:
+            return True
+        probe = bytearray(1)
+        offsets = [*range(r.start, r.stop, PROBE_STRIDE), r.stop - 1]
+        try:
+            for offset in offsets:
+                if os.preadv(fd, [probe], offset, os.RWF_NOWAIT) != 1:
+                    return False
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            self._nowait = False
+        return True
+
+    def _head_prefix(self, info: ObjectInfo) -> bytes:
+        """The head of a plain 206 of ``info``, up to the Content-Range's numbers."""
+        known = self._prefixes.get(info.path)
+        if known is not None and known[0] == info.etag:
+            return known[1]
+        now = int(time.time())
+        planned = plan_response("GET", {"Range": "bytes=0-0"}, _representation(info), "", now)
+        fields = "".join(
+            f"{name}: {value}\r\n"
+            for name, value in takewhile(lambda h: h[0] != "Content-Range", planned.headers)
+        )
+        head = f"HTTP/1.1 206 Partial Content\r\n{fields}Content-Range: bytes ".encode("latin-1")
+        if info.mtime_ns // 1_000_000_000 >= now - 1:
+            return head  # Last-Modified capped by this second's Date: not for later answers
+        if len(self._prefixes) >= MAX_REMEMBERED:
+            self._prefixes.clear()
+        self._prefixes[info.path] = (info.etag, head)
+        return head
+
+
+def _fileno(obj: OpenObject) -> int | None:
+    fileno = getattr(obj, "fileno", None)
+    return None if fileno is None else int(fileno())
+
+
+def _representation(info: ObjectInfo) -> Representation:
+    return Representation(info.size, info.etag, info.mtime_ns, info.content_type)
+
+
+def _headers(plan: ResponsePlan) -> list[tuple[str, str]]:
+    """``plan``'s fields as :func:`service.body.send_plan` sends them."""
+    if plan.status == 304:
+        return [h for h in plan.headers if h[0] != "Content-Length"]
+    return list(plan.headers)
+
+
+def _head_rest(conn: FastConnection, head: RequestHead, r: ByteRange, size: int) -> bytes:
+    """A plain 206's head after its prefix: the range's numbers, then the end."""
+    return (
+        f"{r.start}-{r.stop - 1}/{size}\r\nContent-Length: {r.length}\r\n"
+        f"{conn.head_end(head.keep_alive)}"
+    ).encode("latin-1")
