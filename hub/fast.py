@@ -218,7 +218,7 @@ class FastObjects:
         self.stats.bytes_sent += r.length
         return Reply(status, r.length)
 
-    def _read_cached(self, fd: int, r: ByteRange) -> bytes | None:
+    def _read_cached(self, fd: int, r: ByteRange) -> bytes | memoryview | None:
         """``r``'s bytes if all are in the page cache (else None: reading would wait on
         the disk); on a filesystem that cannot tell (tmpfs: memory anyway), read."""
         if self._nowait is not False:
@@ -233,7 +233,7 @@ class FastObjects:
                 self._nowait = False
             else:
                 self._nowait = True
-                return bytes(buf) if n == r.length else None
+                return memoryview(buf) if n == r.length else None
         data = os.pread(fd, r.length, r.start)
         return data if len(data) == r.length else None
 
