@@ -2,18 +2,20 @@
 
 A read of a file whose bytes are in the page cache is answered on the
 :class:`service.fast.FastProtocol` itself: the file opened as the filesystem backend
-opens it (no link followed below the root), the answer planned by
-:func:`protocol.response.plan_response` as the aiohttp handler plans it, small ranges
-read and written within the callback that read the request, large ones sent with
-``os.sendfile``. The commonest request, one ``bytes=a-b`` range and nothing that could
-change the answer, is written from a head made once per file version.
+opens it (no link followed in any segment below the root), the answer planned by
+:func:`protocol.response.plan_response` as the aiohttp handler plans it. Small ranges
+go within the callback that read the request (``os.sendfile`` while the socket takes
+them, the rest read and queued), large ones by a task that waits for the socket. The
+commonest request, one ``bytes=a-b`` range and nothing that could change the answer,
+is written from a head made once per file version.
 
-Whatever might answer differently, or block, is declined, and aiohttp answers it as it
-always did: other routes, percent-encoded or queried targets, unknown fields, a token
-that does not check out (aiohttp answers the 401/403 and counts it), a client at its
-in-flight limit, a missing file, 412/416, multipart answers (their boundary is checked
-against the bytes), and bytes not in the page cache (aiohttp reads those in a thread,
-so a disk read never stalls the event loop).
+Whatever might answer differently, or wait on the disk, is declined, and aiohttp
+answers it as it always did: other routes, percent-encoded or queried targets, unknown
+fields, a token that does not check out (aiohttp answers the 401/403 and counts it), a
+client at its in-flight limit, a missing file, 412/416, multipart answers (their
+boundary is checked against the bytes), and bytes that do not look cached (one byte in
+every :data:`PROBE_STRIDE` read with ``RWF_NOWAIT``; over TLS, all of them): aiohttp
+reads those in a thread, so a cold file does not stall the event loop.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ CHECKED_FIELDS = PLAIN_FIELDS | {"authorization"}
 PLANNED_FIELDS = CHECKED_FIELDS | {
     "if-match", "if-none-match", "if-modified-since", "if-unmodified-since", "if-range",
 }
-# Below this, reading the bytes (which also says whether they were cached) and writing
-# them costs less than sendfile's extra system calls.
+# Ranges at least this long are sent by a task of their own, waiting for the socket;
+# shorter ones within the callback that read the request.
 SENDFILE_MIN_BYTES = 256 << 10
 # A large range counts as cached when one byte in every this many is (probed without
 # waiting): the kernel reads files ahead in windows of about this size.
@@ -90,7 +92,7 @@ class FastObjects:
             limit.rejected -= 1  # aiohttp answers the 429, and counts it
             return None
         try:
-            obj = self.backend.open(path)
+            obj = self.backend.open_valid(path)
         except (ProtocolError, OSError):
             if limit is not None:
                 limit.release(conn.client)
@@ -98,7 +100,7 @@ class FastObjects:
         done = True
         try:
             try:
-                answer = self._answer(head, conn, obj)
+                answer = self._answer(head, conn, obj.info, obj.fileno())
             except OSError:
                 return None  # nothing sent: aiohttp's path meets the error, and answers it
             if answer is None or isinstance(answer, Reply):
@@ -141,12 +143,8 @@ class FastObjects:
             authorize(guard.authenticate(head.headers.get("Authorization")), path)
 
     def _answer(
-        self, head: RequestHead, conn: FastConnection, obj: OpenObject
+        self, head: RequestHead, conn: FastConnection, info: ObjectInfo, fd: int
     ) -> Reply | Awaitable[Reply | None] | None:
-        info = obj.info
-        fd = _fileno(obj)
-        if fd is None:
-            return None
         r = self._plain_range(head, info)
         if r is not None:
             start = self._head_prefix(info) + _head_rest(conn, head, r, info.size)
@@ -182,9 +180,10 @@ class FastObjects:
     def _send(
         self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
     ) -> Reply | Awaitable[Reply | None] | None:
-        if r.length < SENDFILE_MIN_BYTES or not conn.can_sendfile:
-            if r.length > SENDFILE_MIN_BYTES:
-                return None  # TLS: aiohttp streams it from a thread
+        small = r.length < SENDFILE_MIN_BYTES
+        if not conn.can_sendfile:  # TLS: the bytes go through Python
+            if not small:
+                return None  # aiohttp streams it from a thread
             data = self._read_cached(fd, r)
             if data is None:
                 return None
@@ -195,7 +194,13 @@ class FastObjects:
         if not self._cached(fd, r):
             return None
         self.stats.requests += 1
-        return self._sendfile(conn, fd, start, r, status)
+        if not small:
+            return self._sendfile(conn, fd, start, r, status)
+        # Within this callback: by sendfile while the socket takes it, the rest read.
+        if not conn.send_now(start, [(fd, r.start, r.length)]):
+            return Reply(status, 0)  # the file shrank under us: the answer is cut
+        self.stats.bytes_sent += r.length
+        return Reply(status, r.length)
 
     async def _sendfile(
         self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
@@ -273,11 +278,6 @@ class FastObjects:
             self._prefixes.clear()
         self._prefixes[info.path] = (info.etag, head)
         return head
-
-
-def _fileno(obj: OpenObject) -> int | None:
-    fileno = getattr(obj, "fileno", None)
-    return None if fileno is None else int(fileno())
 
 
 def _representation(info: ObjectInfo) -> Representation:

@@ -1,7 +1,7 @@
 """The demo: the seed's experiment in miniature. A training loop reads a dataset locally,
 then through a narrow, distant link and a spoke, cold then warm, then cold with a plan.
 
-    python -m loadtest.demo [--quick] [--link-mb-s 4 --latency-ms 60 --png demo.png]
+    python -m loadtest.demo [--quick] [--link-mb-s 4 --latency-ms 60 --png FILE]
 
 It generates a dataset (16 KiB token samples packed in shards) and starts a hub over
 it, a WAN link in front of the hub (Toxiproxy, real or the project's stand-in: a
@@ -64,10 +64,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="the link's bandwidth cap, MB/s per connection (0: none)")
     parser.add_argument("--quick", action="store_true",
                         help="a small dataset and a fast GPU: a check of the machinery")
-    parser.add_argument("--png", default="demo-timeline.png",
-                        help="the timeline's PNG, if matplotlib imports ('' for none)")
+    parser.add_argument("--png", help="the timeline's PNG, if matplotlib imports ('' for "
+                        "none; default: timeline.png in --data-dir)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
+    if args.png is None:
+        args.png = os.path.join(args.data_dir, "timeline.png")
     if args.quick:
         args.shards, args.shard_size, args.step_ms, args.workers = 2, 2 << 20, 4.0, 8
     return args
