@@ -9,17 +9,21 @@ them, the rest read and queued), large ones by a task that waits for the socket.
 commonest request, one ``bytes=a-b`` range and nothing that could change the answer,
 is written from a head made once per file version.
 
-Whatever might answer differently, or wait on the disk, is declined, and aiohttp
-answers it as it always did: other routes, percent-encoded or queried targets, unknown
-fields, a token that does not check out (aiohttp answers the 401/403 and counts it), a
-client at its in-flight limit, a missing file, 412/416, multipart answers (their
-boundary is checked against the bytes), and bytes that do not look cached (one byte in
-every :data:`PROBE_STRIDE` read with ``RWF_NOWAIT``; over TLS, all of them): aiohttp
-reads those in a thread, so a cold file does not stall the event loop.
+Bytes that do not look cached (one byte in every :data:`PROBE_STRIDE` read with
+``RWF_NOWAIT``), and all bytes over TLS, are read in a thread and written, still on the
+fast path: the event loop never waits on the disk, and a loader's connection stays on
+the fast path after a cold read.
+
+Whatever might answer differently is declined, and aiohttp answers it as it always
+did: other routes, percent-encoded or queried targets, unknown fields, a token that does
+not check out (aiohttp answers the 401/403 and counts it), a client at its in-flight
+limit, a missing file, 412/416, and multipart answers (their boundary is checked
+against the bytes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import re
@@ -57,6 +61,9 @@ PLANNED_FIELDS = CHECKED_FIELDS | {
 # Ranges at least this long are sent by a task of their own, waiting for the socket;
 # shorter ones within the callback that read the request.
 SENDFILE_MIN_BYTES = 256 << 10
+# Bytes read in a thread at a time (a cold file's, or any over TLS): few thread hops,
+# bounded memory per connection.
+READ_BLOCK_BYTES = 1 << 20
 # A large range counts as cached when one byte in every this many is (probed without
 # waiting): the kernel reads files ahead in windows of about this size.
 PROBE_STRIDE = 128 << 10
@@ -73,8 +80,9 @@ class FastObjects:
         self.stats = stats
         self._paths: dict[str, str] = {}
         self._prefixes: dict[str, tuple[str, bytes]] = {}
-        # None until a read says whether the filesystem can read without waiting.
-        self._nowait: bool | None = None
+        # False once the filesystem turned out unable to read without waiting: what it
+        # holds is then read in a thread, cached or not.
+        self._nowait = True
 
     def __call__(
         self, head: RequestHead, conn: FastConnection
@@ -179,22 +187,13 @@ class FastObjects:
 
     def _send(
         self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
-    ) -> Reply | Awaitable[Reply | None] | None:
-        small = r.length < SENDFILE_MIN_BYTES
-        if not conn.can_sendfile:  # TLS: the bytes go through Python
-            if not small:
-                return None  # aiohttp streams it from a thread
-            data = self._read_cached(fd, r)
-            if data is None:
-                return None
-            conn.writelines([start, data])
-            self.stats.requests += 1
-            self.stats.bytes_sent += r.length
-            return Reply(status, r.length)
-        if not self._cached(fd, r):
-            return None
+    ) -> Reply | Awaitable[Reply | None]:
         self.stats.requests += 1
-        if not small:
+        if not conn.can_sendfile or not self._cached(fd, r):
+            # Over TLS the bytes go through Python anyway; bytes not cached would make
+            # sendfile wait on the disk: either way they are read in a thread.
+            return self._read_and_send(conn, fd, start, r, status)
+        if r.length >= SENDFILE_MIN_BYTES:
             return self._sendfile(conn, fd, start, r, status)
         # Within this callback: by sendfile while the socket takes it, the rest read.
         if not conn.send_now(start, [(fd, r.start, r.length)]):
@@ -223,29 +222,32 @@ class FastObjects:
         self.stats.bytes_sent += r.length
         return Reply(status, r.length)
 
-    def _read_cached(self, fd: int, r: ByteRange) -> bytes | memoryview | None:
-        """``r``'s bytes if all are in the page cache (else None: reading would wait on
-        the disk); on a filesystem that cannot tell (tmpfs: memory anyway), read."""
-        if self._nowait is not False:
-            buf = bytearray(r.length)
-            try:
-                n = os.preadv(fd, [buf], r.start, os.RWF_NOWAIT)
-            except BlockingIOError:
-                return None
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                self._nowait = False
-            else:
-                self._nowait = True
-                return memoryview(buf) if n == r.length else None
-        data = os.pread(fd, r.length, r.start)
-        return data if len(data) == r.length else None
+    async def _read_and_send(
+        self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
+    ) -> Reply | None:
+        loop = asyncio.get_running_loop()
+        sent = 0
+        while sent < r.length:
+            want = min(READ_BLOCK_BYTES, r.length - sent)
+            data = await loop.run_in_executor(None, os.pread, fd, want, r.start + sent)
+            if len(data) != want:  # the file shrank under us
+                if not sent:
+                    self.stats.requests -= 1
+                    return None  # nothing sent: aiohttp answers as it does for a torn file
+                conn.abort()  # the head is gone: cut the answer rather than pad it
+                return Reply(status, sent)
+            if not sent:
+                conn.write(start)
+            conn.write(data)
+            sent += want
+            self.stats.bytes_sent += want
+            await conn.drain()
+        return Reply(status, sent)
 
     def _cached(self, fd: int, r: ByteRange) -> bool:
         """Whether ``r`` looks cached: a byte of every :data:`PROBE_STRIDE`, and its last."""
-        if self._nowait is False:
-            return True
+        if not self._nowait:
+            return False
         probe = bytearray(1)
         offsets = [*range(r.start, r.stop, PROBE_STRIDE), r.stop - 1]
         try:
@@ -258,6 +260,7 @@ class FastObjects:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             self._nowait = False
+            return False
         return True
 
     def _head_prefix(self, info: ObjectInfo) -> bytes:
