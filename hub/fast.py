@@ -28,6 +28,7 @@ import errno
 import os
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable
 from itertools import takewhile
 
@@ -68,6 +69,8 @@ READ_BLOCK_BYTES = 1 << 20
 # waiting): the kernel reads files ahead in windows of about this size.
 PROBE_STRIDE = 128 << 10
 MAX_REMEMBERED = 10_000
+# Files kept open between requests (each a descriptor).
+MAX_OPEN_FILES = 256
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
 
 
@@ -79,6 +82,8 @@ class FastObjects:
         self.backend = backend
         self.stats = stats
         self._paths: dict[str, str] = {}
+        self._files = OpenFiles(backend)
+        app.on_cleanup.append(self._close_files)
         self._prefixes: dict[str, tuple[str, bytes]] = {}
         # False once the filesystem turned out unable to read without waiting: what it
         # holds is then read in a thread, cached or not.
@@ -100,34 +105,28 @@ class FastObjects:
             limit.rejected -= 1  # aiohttp answers the 429, and counts it
             return None
         try:
-            obj = self.backend.open_valid(path)
+            fd, info = self._files.open(path)
         except (ProtocolError, OSError):
             if limit is not None:
                 limit.release(conn.client)
             return None  # aiohttp answers the 404 (or the error)
-        done = True
         try:
-            try:
-                answer = self._answer(head, conn, obj.info, obj.fileno())
-            except OSError:
-                return None  # nothing sent: aiohttp's path meets the error, and answers it
-            if answer is None or isinstance(answer, Reply):
-                return answer
-            done = False
-            return self._finish(answer, obj, conn)
-        finally:
-            if done:
-                obj.close()
-                if limit is not None:
-                    limit.release(conn.client)
+            answer = self._answer(head, conn, info, fd)
+        except OSError:
+            answer = None  # nothing sent: aiohttp's path meets the error, and answers it
+        if answer is None or isinstance(answer, Reply):
+            if limit is not None:
+                limit.release(conn.client)
+            return answer
+        return self._finish(answer, conn)
 
-    async def _finish(
-        self, answer: Awaitable[Reply | None], obj: OpenObject, conn: FastConnection
-    ) -> Reply | None:
+    async def _close_files(self, _app: web.Application) -> None:
+        self._files.close()
+
+    async def _finish(self, answer: Awaitable[Reply | None], conn: FastConnection) -> Reply | None:
         try:
             return await answer
         finally:
-            obj.close()
             limit = self.app.get(LIMIT)
             if limit is not None:
                 limit.release(conn.client)
@@ -192,9 +191,9 @@ class FastObjects:
         if not conn.can_sendfile or not self._cached(fd, r):
             # Over TLS the bytes go through Python anyway; bytes not cached would make
             # sendfile wait on the disk: either way they are read in a thread.
-            return self._read_and_send(conn, fd, start, r, status)
+            return self._read_and_send(conn, os.dup(fd), start, r, status)
         if r.length >= SENDFILE_MIN_BYTES:
-            return self._sendfile(conn, fd, start, r, status)
+            return self._sendfile(conn, os.dup(fd), start, r, status)
         # Within this callback: by sendfile while the socket takes it, the rest read.
         if not conn.send_now(start, [(fd, r.start, r.length)]):
             return Reply(status, 0)  # the file shrank under us: the answer is cut
@@ -202,6 +201,15 @@ class FastObjects:
         return Reply(status, r.length)
 
     async def _sendfile(
+        self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
+    ) -> Reply:
+        """Send ``r`` of ``fd`` (a descriptor of its own, closed here) after ``start``."""
+        try:
+            return await self._sendfile_owned(conn, fd, start, r, status)
+        finally:
+            os.close(fd)
+
+    async def _sendfile_owned(
         self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
     ) -> Reply:
         conn.write(start)
@@ -223,6 +231,16 @@ class FastObjects:
         return Reply(status, r.length)
 
     async def _read_and_send(
+        self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
+    ) -> Reply | None:
+        """Read ``r`` of ``fd`` (a descriptor of its own, closed here) in a thread, a block
+        at a time, and send it after ``start``."""
+        try:
+            return await self._read_and_send_owned(conn, fd, start, r, status)
+        finally:
+            os.close(fd)
+
+    async def _read_and_send_owned(
         self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
     ) -> Reply | None:
         loop = asyncio.get_running_loop()
@@ -281,6 +299,61 @@ class FastObjects:
             self._prefixes.clear()
         self._prefixes[info.path] = (info.etag, head)
         return head
+
+
+class OpenFiles:
+    """Files the fast path opened, kept open while their names still lead to them.
+
+    Opening a file as the backend does (a descriptor per directory of its path, each
+    opened without following links) is most of a small read's cost. An open file is
+    used again while one ``lstat`` of its name finds the very inode and version it
+    opened: the bytes are then those of a file that was reached without links and is
+    still at that name, unchanged. Anything else (gone, replaced, rewritten, a link
+    now) opens it again the backend's way, which refuses links.
+    """
+
+    def __init__(self, backend: FilesystemBackend, max_open: int = MAX_OPEN_FILES) -> None:
+        self.backend = backend
+        self.max_open = max_open
+        self._open: OrderedDict[str, tuple[OpenObject, int, tuple[int, ...]]] = OrderedDict()
+
+    def open(self, path: str) -> tuple[int, ObjectInfo]:
+        """A descriptor of valid ``path`` (valid within this callback: duplicate it to
+        keep it longer) and its version; raises what the backend's open raises."""
+        kept = self._open.get(path)
+        if kept is not None:
+            obj, fd, identity = kept
+            try:
+                st = os.stat(f"{self.backend.root}/{path}", follow_symlinks=False)
+            except OSError:
+                st = None
+            if st is not None and _identity(st) == identity:
+                self._open.move_to_end(path)
+                return fd, obj.info
+            del self._open[path]
+            obj.close()
+        new = self.backend.open_valid(path)
+        fd = new.fileno()
+        try:
+            identity = _identity(os.fstat(fd))
+        except BaseException:
+            new.close()
+            raise
+        self._open[path] = (new, fd, identity)
+        if len(self._open) > self.max_open:
+            _, (old, _, _) = self._open.popitem(last=False)
+            old.close()
+        return fd, new.info
+
+    def close(self) -> None:
+        while self._open:
+            _, (obj, _, _) = self._open.popitem()
+            obj.close()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What :func:`hub.backend.etag_for` hashes: the same inode, the same version."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _representation(info: ObjectInfo) -> Representation:

@@ -263,6 +263,32 @@ async def test_links_below_the_root_are_not_followed(
     assert fast_hub.took() == [False, False]
 
 
+@pytest.mark.parametrize("swap", ["directory", "file"])
+async def test_a_file_read_before_is_not_served_once_a_link_takes_its_place(
+    fast_hub: FastHub, dataset: Dataset, swap: str
+) -> None:
+    # The fast path keeps files open between reads; a link put where a read file (or
+    # one of its directories) was must still be refused, as the backend refuses links.
+    root, contents = dataset
+    data = contents["ds/small.bin"]
+    first = await raw_head(fast_hub.url, get("ds/small.bin", "Range: bytes=0-99"))
+    assert first[1] == data[:100]
+    (root / "elsewhere").mkdir()
+    (root / "elsewhere" / "small.bin").write_bytes(b"x" * 1000)
+    if swap == "directory":
+        os.rename(root / "ds", root / "ds-moved")
+        (root / "ds").symlink_to(root / "elsewhere", target_is_directory=True)
+    else:
+        os.rename(root / "ds" / "small.bin", root / "ds" / "small-moved.bin")
+        (root / "ds" / "small.bin").symlink_to(root / "elsewhere" / "small.bin")
+    reader, writer = await connect(fast_hub.url)
+    writer.write(get("ds/small.bin", "Range: bytes=0-99"))
+    answer = await read_answer(reader)
+    writer.close()
+    assert answer.status == 404, answer.describe()
+    assert fast_hub.took() == [True, False]
+
+
 async def test_tokens_are_checked_on_the_fast_path(
     make_fast_hub: HubFactory, dataset: Dataset, tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
