@@ -27,6 +27,7 @@ import asyncio
 import errno
 import os
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable
@@ -35,6 +36,7 @@ from itertools import takewhile
 from aiohttp import web
 
 from hub.backend import FilesystemBackend, ObjectInfo, OpenObject
+from hub.handlers import sendfile_blocking, sendfile_pool
 from hub.stats import HubStats
 from protocol.auth import authorize
 from protocol.errors import ProtocolError
@@ -203,17 +205,34 @@ class FastObjects:
     async def _sendfile(
         self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
     ) -> Reply:
-        """Send ``r`` of ``fd`` (a descriptor of its own, closed here) after ``start``."""
+        """Send ``r`` of ``fd`` (a descriptor of its own, closed here) after ``start``:
+        from a thread that waits for the socket, where the kernel's copy can use another
+        core (on the loop when the connection has no socket for a thread to send on)."""
+        owned = True
         try:
-            return await self._sendfile_owned(conn, fd, start, r, status)
+            conn.write(start)
+            await conn.drain()
+            sock = conn.socket_copy()
+            if sock is None:
+                return await self._sendfile_here(conn, fd, r, status)
+            owned = False  # the thread closes the file once it is done with it
+            stop = threading.Event()
+            try:
+                sent = await asyncio.get_running_loop().run_in_executor(
+                    sendfile_pool(), _send_and_close, sock, fd, r, stop)
+            finally:
+                stop.set()  # cancelled (the client went away): the thread stops too
+            self.stats.bytes_sent += sent
+            if sent != r.length:
+                conn.abort()  # the file shrank under an open answer: cut it, never pad
+            return Reply(status, sent)
         finally:
-            os.close(fd)
+            if owned:
+                os.close(fd)
 
-    async def _sendfile_owned(
-        self, conn: FastConnection, fd: int, start: bytes, r: ByteRange, status: int
+    async def _sendfile_here(
+        self, conn: FastConnection, fd: int, r: ByteRange, status: int
     ) -> Reply:
-        conn.write(start)
-        await conn.drain()
         try:
             if not await conn.sendfile(fd, r.start, r.length):
                 for offset in range(r.start, r.stop, SENDFILE_MIN_BYTES):
@@ -349,6 +368,15 @@ class OpenFiles:
         while self._open:
             _, (obj, _, _) = self._open.popitem()
             obj.close()
+
+
+def _send_and_close(sock: int, fd: int, r: ByteRange, stop: threading.Event) -> int:
+    """:func:`hub.handlers.sendfile_blocking` of ``r``, then the file closed (blocking):
+    closed here, not by the loop, so its number is never reused while this still sends."""
+    try:
+        return sendfile_blocking(sock, fd, r.start, r.length, stop)
+    finally:
+        os.close(fd)
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
