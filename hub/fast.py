@@ -5,7 +5,10 @@ A read of a file whose bytes are in the page cache is answered on the
 opens it (no link followed in any segment below the root), the answer planned by
 :func:`protocol.response.plan_response` as the aiohttp handler plans it. Small ranges
 go within the callback that read the request (``os.sendfile`` while the socket takes
-them, the rest read and queued), large ones by a task that waits for the socket. The
+them, the rest read and queued), large ones by ``os.sendfile`` in the hub's sendfile
+threads (:func:`hub.handlers.sendfile_blocking`), where the kernel's copy can run on
+another core while the loop answers other requests. Files stay open between requests
+(:class:`OpenFiles`). The
 commonest request, one ``bytes=a-b`` range and nothing that could change the answer,
 is written from a head made once per file version.
 
@@ -61,8 +64,8 @@ CHECKED_FIELDS = PLAIN_FIELDS | {"authorization"}
 PLANNED_FIELDS = CHECKED_FIELDS | {
     "if-match", "if-none-match", "if-modified-since", "if-unmodified-since", "if-range",
 }
-# Ranges at least this long are sent by a task of their own, waiting for the socket;
-# shorter ones within the callback that read the request.
+# Ranges at least this long are sent from a thread; shorter ones within the callback
+# that read the request.
 SENDFILE_MIN_BYTES = 256 << 10
 # Bytes read in a thread at a time (a cold file's, or any over TLS): few thread hops,
 # bounded memory per connection.
