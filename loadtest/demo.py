@@ -248,14 +248,15 @@ def plot(phases: list[Phase], path: str, rate: float) -> str | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 10), sharex=True)
     t0 = 0.0
     for phase in phases:
         xs = [t0 + s.t + 0.5 for s in phase.series]
         axes[0].plot(xs, [s.samples for s in phase.series], lw=2, label=phase.name)
-        axes[1].plot(xs, [100 * (s.hit_ratio or 0) if phase.name != "local" else 100
-                          for s in phase.series], lw=1.5)
+        if phase.name != "local":  # no cache there
+            axes[1].plot(xs, [100 * (s.hit_ratio or 0) for s in phase.series], lw=1.5)
         axes[2].bar(xs, [(s.hub_bytes or 0) / 1e6 for s in phase.series], width=0.9)
+        axes[3].plot(xs, [s.p99_ms() or 0 for s in phase.series], lw=1.5)
         for ax in axes:
             ax.axvline(t0, color="gray", lw=0.6, ls=":")
         t0 += len(phase.series)
@@ -267,7 +268,9 @@ def plot(phases: list[Phase], path: str, rate: float) -> str | None:
     axes[1].set_ylabel("hit ratio %")
     axes[1].set_ylim(0, 105)
     axes[2].set_ylabel("hub egress MB/s")
-    axes[2].set_xlabel("seconds")
+    axes[3].set_ylabel("read p99 ms")
+    axes[3].set_yscale("symlog", linthresh=10)
+    axes[3].set_xlabel("seconds")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
