@@ -20,10 +20,10 @@ import sys
 import tempfile
 from dataclasses import asdict
 
-from loadtest.bench import WrkRun, nginx_binary, run_wrk, wrk_binary
+from loadtest.bench import WrkRun, run_wrk, wrk_binary
 from loadtest.dataset import generate
 from loadtest.lab import Lab
-from loadtest.nginx import start_nginx
+from loadtest.nginx import nginx_binary, start_nginx
 from protocol.sizes import parse_size
 
 BIG, SMALL = 4 << 20, 64 << 10
