@@ -7,10 +7,12 @@ from aiohttp import web
 from hub import handlers
 from hub.backend import Backend, FilesystemBackend
 from hub.config import HubConfig
+from hub.fast import FastObjects
 from hub.manifests import ManifestCache
 from hub.stats import HubStats
 from service import auth, front, limits, logs
 from service.auth import Access, RouteTable
+from service.fast import FAST, FastHandler
 from service.metrics import make_registry
 from service.problem import Handler, problem_middleware
 from service.routes import add_routes
@@ -38,6 +40,9 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
     app[handlers.BACKEND] = backend
     app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg)
     app[handlers.STATS] = stats
+    if isinstance(backend, FilesystemBackend):  # other backends have no file to send
+        fast: FastHandler = FastObjects(app, backend, stats)
+        app[FAST] = fast
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))

@@ -137,7 +137,7 @@ async def _sendfile_range(
     try:
         loop = asyncio.get_running_loop()
         sent = await loop.run_in_executor(
-            _pool(), _sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
+            sendfile_pool(), sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
         )
     finally:
         stop.set()  # the thread may still run if we were cancelled: make it stop
@@ -151,14 +151,15 @@ async def _sendfile_range(
     return True
 
 
-def _pool() -> ThreadPoolExecutor:
+def sendfile_pool() -> ThreadPoolExecutor:
+    """The threads :func:`sendfile_blocking` runs in (also the fast path's)."""
     global _sendfile_pool
     if _sendfile_pool is None:
         _sendfile_pool = ThreadPoolExecutor(SENDFILE_THREADS, thread_name_prefix="hub-sendfile")
     return _sendfile_pool
 
 
-def _sendfile_blocking(
+def sendfile_blocking(
     sock_fd: int, fd: int, offset: int, count: int, stop: threading.Event
 ) -> int:
     """Send ``count`` bytes of ``fd`` from ``offset``; returns how many the file had.
