@@ -124,10 +124,17 @@ def _mtime_ns(head: Mapping[str, Any]) -> int:
 
 
 def _strong_etag(etag: object) -> str | None:
-    """The store's ETag if it is a strong one (``"..."``); None otherwise."""
-    if not isinstance(etag, str) or len(etag) < 2 or not (etag[0] == etag[-1] == '"'):
+    """The store's ETag if it is a strong one, quoted; None otherwise.
+
+    Some stores (rclone) list ETags without their quotes while HEAD and GET quote them:
+    a bare one is quoted here, so a listing names the same version a HEAD does.
+    """
+    if not isinstance(etag, str) or not etag or etag.startswith("W/") or not etag.isascii():
         return None
-    if any(c in etag[1:-1] for c in '"\r\n') or not etag.isascii():
+    if not (len(etag) >= 2 and etag[0] == etag[-1] == '"'):
+        etag = f'"{etag}"'
+    inner = etag[1:-1]
+    if not inner or any(c in inner for c in '"\r\n\\ ') or not inner.isprintable():
         return None
     return etag
 
@@ -330,12 +337,13 @@ class S3Object:
             raise _unavailable(exc, info.path) from None
         body = answer["Body"]
         expected = f"bytes {offset}-{offset + length - 1}/{info.size}"
-        if answer.get("ETag") != info.etag or (
+        same_version = _strong_etag(answer.get("ETag")) == info.etag
+        if not same_version or (
             answer.get("ContentRange") not in (expected, None)
             or int(answer.get("ContentLength", -1)) != length
         ):
             body.close()
-            if answer.get("ETag") != info.etag:
+            if not same_version:
                 raise ObjectChanged(f"{info.path} changed while it was read; retry")
             raise StoreRefused(f"the store answered another range than {expected} "
                                f"for {info.path!r}")
