@@ -33,6 +33,8 @@ class Faults:
     before_get: Callable[[], Awaitable[None]] | None = None  # once, before the next GET
     gets: Counter[str] = field(default_factory=Counter)  # object GETs by key path
     heads: Counter[str] = field(default_factory=Counter)
+    # Each object GET's If-Match and versionId, as the store received them.
+    pins: list[tuple[str | None, str | None]] = field(default_factory=list)
     requests: int = 0
 
 
@@ -53,10 +55,12 @@ class StoreProxy:
         return self
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         faults = self.faults
@@ -68,6 +72,7 @@ class StoreProxy:
             return web.Response(status=503, body=SLOW_DOWN, content_type="application/xml")
         if is_object and request.method == "GET":
             faults.gets[request.path] += 1
+            faults.pins.append((request.headers.get("If-Match"), request.query.get("versionId")))
             if faults.hold_s:
                 await asyncio.sleep(faults.hold_s)  # a slow store, not a wait in a test
             hook, faults.before_get = faults.before_get, None
