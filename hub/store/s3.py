@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 # botocore's "standard" retry mode: exponential backoff with full jitter, and it retries
 # throttling (503 SlowDown), 5xx answers and dropped connections alike.
-MAX_ATTEMPTS = 4
+MAX_ATTEMPTS = 3
 # Keys per ListObjectsV2 page (the most S3 returns).
 LIST_PAGE_KEYS = 1000
 # How long a client told "store unavailable" should wait before it asks again.
