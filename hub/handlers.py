@@ -54,7 +54,9 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
     loop = asyncio.get_running_loop()
     quick = getattr(backend, "opens_quickly", False)
-    obj = backend.open(path) if quick else await loop.run_in_executor(None, backend.open, path)
+    obj = backend.open(path) if quick else await loop.run_in_executor(
+        None, _open, backend, path, request.headers.get("If-Match"), request.headers.get("Range")
+    )
     try:
         info = obj.info
         rep = Representation(info.size, info.etag, info.mtime_ns, info.content_type)
@@ -75,6 +77,17 @@ async def get_object(request: web.Request) -> web.StreamResponse:
             obj.close()
         else:
             await loop.run_in_executor(None, obj.close)
+
+
+def _open(backend: Backend, path: str, if_match: str | None, range_value: str | None
+          ) -> OpenObject:
+    """``backend.open``; a backend that can open and read in one request (an object
+    store's ``open_for_request``) is told what the request asks for."""
+    open_for_request = getattr(backend, "open_for_request", None)
+    if open_for_request is not None:
+        obj: OpenObject = open_for_request(path, if_match, range_value)
+        return obj
+    return backend.open(path)
 
 
 def _boundary_clear_of_data(obj: OpenObject, plan: ResponsePlan) -> ResponsePlan:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import calendar
 import logging
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -40,6 +41,7 @@ from hub.store.url import StoreRoot
 from protocol.conditional import NS
 from protocol.errors import ProtocolError, no_object
 from protocol.paths import validate_path, validate_prefix
+from protocol.ranges import parse_content_range
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ RETRY_AFTER_S = 2.0
 
 
 Page = list[ObjectInfo]
+# The one-range requests a spoke makes for a chunk; anything else is opened with a HEAD.
+_ONE_RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{1,19})", re.ASCII)
 
 
 class StoreUnavailable(ProtocolError):
@@ -206,6 +210,43 @@ class S3Backend:
         info, version = self._head(path)
         return S3Object(self, info, version)
 
+    def open_for_request(
+        self, path: str, if_match: str | None, range_value: str | None
+    ) -> S3Object:
+        """:meth:`open`, with one request instead of two for a spoke's chunk fill.
+
+        A request for one range of the version it names (``If-Match``) is sent to the
+        store as it is: the answer gives the version, its size, and the bytes, already
+        streaming. Anything else, and any answer but that range (412, 416, 404), goes
+        the way of :meth:`open`, whose HEAD lets the hub answer it as for a file.
+        """
+        etag = _strong_etag(if_match) if if_match and if_match.startswith('"') else None
+        match = _ONE_RANGE.fullmatch(range_value or "")
+        if etag is None or match is None or int(match[1]) > int(match[2]):
+            return self.open(path)
+        start = int(match[1])
+        args: dict[str, Any] = {"Bucket": self.root.bucket, "Key": self._key(path),
+                                "Range": range_value, "IfMatch": etag}
+        try:
+            answer = self.client.get_object(**args)
+        except ClientError:
+            return self.open(path)
+        except BotoCoreError as exc:
+            raise _unavailable(exc, path) from None
+        body = answer["Body"]
+        got = parse_content_range(str(answer.get("ContentRange", "")))
+        answer_etag = _strong_etag(answer.get("ETag"))
+        if (got is None or got.range is None or got.size is None or got.range.start != start
+                or answer_etag is None or int(answer.get("ContentLength", -1)) != got.range.length):
+            body.close()
+            return self.open(path)
+        version = answer.get("VersionId")
+        info = ObjectInfo(path, got.size, answer_etag, _mtime_ns(answer))
+        obj = S3Object(self, info, version if isinstance(version, str) and version != "null"
+                       else None)
+        obj.adopt(body, start, got.range.stop)
+        return obj
+
     def still_current(self, info: ObjectInfo) -> bool:
         try:
             return self.stat(info.path).etag == info.etag
@@ -295,8 +336,17 @@ class S3Object:
 
     def will_read(self, start: int, stop: int) -> None:
         """The next reads are of ``[start, stop)``, in order (no I/O until the first)."""
+        span = (start, min(stop, self.info.size))
+        if span == self._span and self._body is not None and self._body_at == start:
+            return  # that GET is open already (:meth:`S3Backend.open_for_request`)
         self._drop_body()
-        self._span = (start, min(stop, self.info.size))
+        self._span = span
+
+    def adopt(self, body: Any, start: int, stop: int) -> None:
+        """Read ``[start, stop)`` from ``body``, a GET of this version already answered."""
+        self._drop_body()
+        self._span = (start, stop)
+        self._body, self._body_at = body, start
 
     def read(self, offset: int, length: int) -> bytes:
         length = max(0, min(length, self.info.size - offset))

@@ -168,3 +168,26 @@ async def test_a_new_version_gets_a_new_etag_manifest_and_bytes(
     status, _, _ = await fetch(http, f"{hub.url}/objects/ds/small.bin",
                                {"If-Match": first["ETag"], "Range": "bytes=0-9"})
     assert status == 412
+
+
+async def test_a_spokes_chunk_fill_is_one_store_request_and_a_stale_one_is_412(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    key = "/data/team/corpus/ds/big.bin"
+    data = bucket.contents["ds/big.bin"]
+    _, head, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", method="HEAD")
+    heads = proxy.faults.heads[key]
+    for start in (0, CHUNK * 7, CHUNK * 40):  # the last one: a range past the end, clipped
+        status, headers, body = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+            "Range": f"bytes={start}-{start + CHUNK - 1}", "If-Match": head["ETag"]})
+        assert status == 206 and body == data[start:start + CHUNK]
+        assert headers["ETag"] == head["ETag"]
+        assert headers["Content-Range"] == (
+            f"bytes {start}-{min(start + CHUNK, len(data)) - 1}/{len(data)}")
+    assert proxy.faults.heads[key] == heads and proxy.faults.gets[key] == 3
+    status, _, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+        "Range": "bytes=0-9", "If-Match": '"not-this-version"'})
+    assert status == 412
+    status, _, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+        "Range": f"bytes={len(data) + 5}-{len(data) + 9}", "If-Match": head["ETag"]})
+    assert status == 416
