@@ -8,7 +8,7 @@ import sys
 
 from hub.app import make_app
 from hub.config import config_from_args, index_config_from_args, parse_args
-from hub.roots import RootError, open_backend
+from hub.roots import RootError, check_index_dir, open_backend
 from hub.token_cli import run_token
 from service.cli import apply_logging_flags, environ
 from service.memory import fix_malloc_thresholds
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
     try:
         backend = open_backend(config.root, config.s3_endpoint, config.s3_timeout, environ())
+        check_index_dir(backend, config.index_dir)
     except RootError as exc:
         print(f"hub: {exc}", file=sys.stderr)  # one line, no traceback: the operator's to fix
         return 2

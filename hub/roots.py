@@ -44,3 +44,17 @@ def digest_store_for(backend: Backend, index_dir: str) -> DigestStore | None:
     from hub.store.index import DigestIndex
 
     return DigestIndex(index_dir, scope)
+
+
+def check_index_dir(backend: Backend, index_dir: str) -> None:
+    """Refuse (:class:`RootError`) an index directory a store's hub could not write."""
+    if getattr(backend, "scope", None) is None:
+        return
+    try:
+        os.makedirs(index_dir, exist_ok=True)
+        probe = os.path.join(index_dir, ".hub-write-check")
+        with open(probe, "wb"):
+            os.unlink(probe)
+    except OSError as exc:
+        raise RootError(f"cannot keep the digest index in {index_dir!r} (--index-dir): "
+                        f"{exc.strerror}") from None
