@@ -131,6 +131,11 @@ async def test_a_listing_of_many_pages_streams_in_order(
     _, _, packed = await fetch(http, f"{s3_hub.url}/list/many/",
                                {"Accept": "application/msgpack"})
     assert msgpack.unpackb(packed) == doc
+    for accept in ("application/json", "application/msgpack"):
+        status, _, body = await fetch(http, f"{s3_hub.url}/list/nothing-here/", {"Accept": accept})
+        assert status == 200
+        empty = msgpack.unpackb(body) if "msgpack" in accept else json.loads(body)
+        assert empty == {"prefix": "nothing-here/", "objects": []}
 
 
 async def test_a_spoke_in_front_serves_the_bucket_byte_exact(
