@@ -29,6 +29,7 @@ import aiohttp
 import psutil
 
 from hub.store.s3 import make_client
+from loadtest.meter import cpu_seconds
 from loadtest.procs import Process, start_process
 from loadtest.s3_stores import S3Store, start_rclone_s3
 
@@ -149,14 +150,25 @@ async def run(args: argparse.Namespace) -> None:
             async with aiohttp.ClientSession() as http:
                 await hub_reads(http, hub.url, offsets[:4], 2)  # connections, both sides
                 direct_reads(client, offsets[:4], 2)
+                gb = len(offsets) * 4 * MIB / 1e9
+                hub_cpu = store_cpu_hub = store_cpu_direct = 0.0
                 for c in args.concurrency:
                     via_hub, direct = [], []
                     for _ in range(args.rounds):
+                        hub0, store0 = cpu_seconds([hub.pid]), cpu_seconds([store.process.pid])
                         via_hub.append(await hub_reads(http, hub.url, offsets, c))
+                        hub_cpu += cpu_seconds([hub.pid]) - hub0
+                        store1 = cpu_seconds([store.process.pid])
+                        store_cpu_hub += store1 - store0
                         direct.append(direct_reads(client, offsets, c))
+                        store_cpu_direct += cpu_seconds([store.process.pid]) - store1
                     h, d = sorted(via_hub)[len(via_hub) // 2], sorted(direct)[len(direct) // 2]
                     rows.append((f"cold 4 MiB ranged reads ×{c} (MB/s, median of "
                                  f"{args.rounds})", f"{h:.0f}", f"{d:.0f}", f"{h / d:.2f}"))
+                runs = len(args.concurrency) * args.rounds
+                rows.append(("CPU s per GB of ranged reads: hub / the store",
+                             f"{hub_cpu / runs / gb:.2f} / {store_cpu_hub / runs / gb:.2f}",
+                             f"- / {store_cpu_direct / runs / gb:.2f}", "-"))
                 _, small_rss = await manifest_with_peak_rss(http, hub, SMALL)
                 large_s, large_rss = await manifest_with_peak_rss(http, hub, LARGE)
                 seq_s = sequential_read_s(client, LARGE)
