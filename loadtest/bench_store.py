@@ -8,7 +8,9 @@ One run on 127.0.0.1 against ``rclone serve s3`` over a temporary directory:
 - the first manifest of a large object (the digest pass: one streamed GET, hashed
   chunk by chunk) against the store's own sequential read of it;
 - the hub's peak RSS while it hashes a small and the large object: bounded, not
-  growing with the object.
+  growing with the object;
+- a listing of ``--list-keys`` objects streamed through the hub (pages of the store's
+  ListObjectsV2): its seconds, and the hub's peak RSS meanwhile.
 
 Bounded by ``--rounds``, ``--reads`` and the objects' sizes; the store and the hub are
 child processes stopped by PID.
@@ -43,6 +45,13 @@ def write_object(path: str, mib: int) -> None:
     with open(path, "wb") as f:
         for i in range(mib):
             f.write(block[i % 251:] + block[:i % 251])  # distinct chunks, cheap to make
+
+
+def write_empty_keys(directory: str, count: int) -> None:
+    os.makedirs(directory)
+    for i in range(count):
+        with open(os.path.join(directory, f"key-{i:07d}"), "wb"):
+            continue
 
 
 def read_all(path: str) -> None:
@@ -122,6 +131,22 @@ async def manifest_with_peak_rss(
     return time.perf_counter() - t0, peak / MIB
 
 
+async def listing_with_peak_rss(
+    http: aiohttp.ClientSession, hub: Process, prefix: str
+) -> tuple[int, float, float]:
+    """Objects listed under ``prefix``, the seconds it took, the hub's peak RSS (MiB)."""
+    proc = psutil.Process(hub.pid)
+    peak = proc.memory_info().rss
+    t0 = time.perf_counter()
+    count = 0
+    async with http.get(f"{hub.url}/list/{prefix}") as resp:
+        assert resp.status == 200, await resp.text()
+        async for block in resp.content.iter_chunked(1 << 16):
+            count += block.count(b'"path"')
+            peak = max(peak, proc.memory_info().rss)
+    return count, time.perf_counter() - t0, peak / MIB
+
+
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
         bucket = os.path.join(tmp, "store", BUCKET)
@@ -130,6 +155,7 @@ async def run(args: argparse.Namespace) -> None:
         for key, mib in sizes.items():
             write_object(os.path.join(bucket, key), mib)
             read_all(os.path.join(bucket, key))
+        write_empty_keys(os.path.join(bucket, "many"), args.list_keys)
         store: S3Store = start_rclone_s3(os.path.join(tmp, "store"), log_dir=tmp)
         hub: Process | None = None
         try:
@@ -174,6 +200,16 @@ async def run(args: argparse.Namespace) -> None:
                 seq_s = sequential_read_s(client, LARGE)
                 rows.append((f"first manifest of {args.large_mib} MiB (s)", f"{large_s:.2f}",
                              f"{seq_s:.2f}", f"{seq_s / large_s:.2f}"))
+                count, list_s, list_rss = await listing_with_peak_rss(http, hub, "many/")
+                assert count == args.list_keys, count
+                t0 = time.perf_counter()
+                pages = client.get_paginator("list_objects_v2").paginate(
+                    Bucket=BUCKET, Prefix="many/")
+                assert sum(len(page.get("Contents", [])) for page in pages) == count
+                direct_list_s = time.perf_counter() - t0
+                rows.append((f"list {count} keys: s (hub peak RSS MiB)",
+                             f"{list_s:.1f} ({list_rss:.0f} MiB)", f"{direct_list_s:.1f}",
+                             f"{direct_list_s / list_s:.2f}"))
                 rows.append((f"hub peak RSS hashing {args.small_mib} MiB / "
                              f"{args.large_mib} MiB (MiB)", f"{small_rss:.0f} / {large_rss:.0f}",
                              "-", "-"))
@@ -195,6 +231,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--small-mib", type=int, default=64)
     parser.add_argument("--large-mib", type=int, default=1024)
+    parser.add_argument("--list-keys", type=int, default=100_000, help="keys in the listing")
     asyncio.run(run(parser.parse_args()))
 
 
