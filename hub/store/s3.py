@@ -34,6 +34,7 @@ from botocore.exceptions import (
 from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from hub.backend import NoSuchObject, ObjectInfo
 from hub.manifests import ObjectChanged
@@ -410,7 +411,7 @@ class S3Object:
                     break
                 parts.append(part)
                 got += len(part)
-        except (BotoCoreError, OSError, ValueError) as exc:
+        except (BotoCoreError, Urllib3Error, OSError, ValueError) as exc:
             self._drop_body()
             raise StoreUnavailable(
                 f"object store cut the body of {self.info.path!r}: {type(exc).__name__}"
