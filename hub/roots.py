@@ -24,6 +24,9 @@ def open_backend(
     check_directory: bool = True,
 ) -> Backend:
     if not is_store_root(root):
+        scheme, sep, _ = root.partition("://")
+        if sep and scheme.isalnum():
+            raise RootError(f"{scheme}:// roots are not served (s3:// or a directory): {root!r}")
         if check_directory and not os.path.isdir(root):
             raise RootError(f"no directory {root!r} to serve (--root)")
         return FilesystemBackend(root)

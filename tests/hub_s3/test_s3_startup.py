@@ -71,3 +71,10 @@ def test_a_root_naming_no_bucket_is_a_startup_error() -> None:
     code, err = serve("s3://", {})
     assert code == 2
     assert_one_line(err, "no bucket")
+
+
+@pytest.mark.parametrize("root", ["gs://bucket/x", "az://container"])
+def test_another_schemes_root_is_refused_by_name(root: str) -> None:
+    code, err = serve(root, {})
+    assert code == 2
+    assert_one_line(err, root.partition(":")[0] + "://", "not served")
