@@ -39,8 +39,14 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
     backend = backend or open_backend(config.root, config.s3_endpoint, config.s3_timeout,
                                       environ(), check_directory=False)
     app[handlers.BACKEND] = backend
+    digests = digest_store_for(backend, config.index_dir)
     app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg,
-                                            store=digest_store_for(backend, config.index_dir))
+                                            store=digests)
+    if digests is not None:
+        async def close_index(_: web.Application) -> None:
+            digests.close()
+
+        app.on_cleanup.append(close_index)
     app[handlers.STATS] = stats
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)

@@ -32,6 +32,8 @@ class DigestStore(Protocol):
 
     def save(self, manifest: Manifest) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class ObjectChanged(ProtocolError):
     """The file changed while it was being hashed; the client should retry."""

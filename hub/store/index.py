@@ -39,6 +39,7 @@ class DigestIndex:
         # One connection shared by the executor threads, each call under the lock.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
+        self._closed = False
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -46,6 +47,8 @@ class DigestIndex:
 
     def load(self, path: str, etag: str, chunk_size: int, digest_alg: str) -> Manifest | None:
         with self._lock:
+            if self._closed:  # a hash still running as the hub stops: computed anew
+                return None
             row = self._db.execute(
                 "SELECT size, mtime_ns, digests FROM digests WHERE scope=? AND path=? AND "
                 "etag=? AND chunk_size=? AND digest_alg=?",
@@ -64,6 +67,8 @@ class DigestIndex:
 
     def save(self, manifest: Manifest) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._db.execute(
                 "INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (self.scope, manifest.path, manifest.etag, manifest.chunk_size,
@@ -73,4 +78,5 @@ class DigestIndex:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._db.close()

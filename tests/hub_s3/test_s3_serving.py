@@ -149,6 +149,10 @@ async def test_a_spoke_in_front_serves_the_bucket_byte_exact(
             for path, data in bucket.contents.items():
                 status, _, body = await fetch(http, f"{spoke.url}/objects/{path}")
                 assert (status, body) == (200, data), path
+        # The hub's streamed listing, relayed by the spoke as it is.
+        _, _, direct = await fetch(http, f"{s3_hub.url}/list/ds/")
+        status, _, relayed = await fetch(http, f"{spoke.url}/list/ds/")
+        assert status == 200 and json.loads(relayed) == json.loads(direct)
         start = CHUNK * 3 + 17
         status, _, body = await fetch(http, f"{spoke.url}/objects/ds/big.bin",
                                       {"Range": f"bytes={start}-{start + CHUNK * 2}"})
