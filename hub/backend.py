@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,7 +54,10 @@ class Backend(Protocol):
 
     def open(self, path: str) -> OpenObject: ...
 
-    def list(self, prefix: str) -> list[ObjectInfo]: ...
+    def list(self, prefix: str) -> Iterable[ObjectInfo]:
+        """A list when it is cheap to build whole; an iterator (consumed in executor
+        threads, batch by batch) when it comes page by page."""
+        ...
 
     def still_current(self, info: ObjectInfo) -> bool: ...
 
