@@ -227,6 +227,23 @@ class AsyncClient:
             out.extend(result)
         return out
 
+    async def read_objects(
+        self, wanted: Sequence[tuple[str, Sequence[tuple[int, int]], str | None, str | None]],
+    ) -> list[list[bytes]]:
+        """:meth:`read_many` of each ``(path, ranges, etag, plan)``, all at once: a batch
+        of samples from many shards costs one round trip, not one per shard."""
+        results = await asyncio.gather(
+            *(self.read_many(path, ranges, etag=etag, plan=plan)
+              for path, ranges, etag, plan in wanted),
+            return_exceptions=True,  # as read_many: every read ends before one raises
+        )
+        out: list[list[bytes]] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            out.append(result)
+        return out
+
     async def _read_batch(
         self, path: str, ranges: Sequence[tuple[int, int]], etag: str | None, plan: str | None
     ) -> list[bytes]:
@@ -705,6 +722,13 @@ class Client:
         """See :meth:`AsyncClient.read_many`."""
         runtime = self._runtime_now()
         return runtime.run(runtime.client.read_many(path, ranges, etag=etag, plan=plan))
+
+    def read_objects(
+        self, wanted: Sequence[tuple[str, Sequence[tuple[int, int]], str | None, str | None]],
+    ) -> list[list[bytes]]:
+        """See :meth:`AsyncClient.read_objects`."""
+        runtime = self._runtime_now()
+        return runtime.run(runtime.client.read_objects(wanted))
 
     def create_plan(
         self, reads: Sequence[tuple[str, int, int]], *, job: str | None = None

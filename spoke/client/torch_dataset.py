@@ -112,7 +112,7 @@ class ShardedSamples(Dataset[torch.Tensor]):
                                              plan=getattr(index, "plan", None)))
 
     def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
-        """A whole batch at once: the reads of each shard go out concurrently.
+        """A whole batch at once: the reads of all its shards go out concurrently.
 
         Indices from a :class:`PlannedSampler` carry their plan, and the reads say so.
         """
@@ -121,10 +121,11 @@ class ShardedSamples(Dataset[torch.Tensor]):
             path, etag, offset = self.locate(index)
             by_shard[(path, etag, getattr(index, "plan", None))].append((position, offset))
         out: list[torch.Tensor | None] = [None] * len(indices)
-        for (path, etag, plan), wanted in by_shard.items():
-            ranges = [(offset, self.sample_bytes) for _, offset in wanted]
-            got = self.client.read_many(path, ranges, etag=etag, plan=plan)
-            for (position, _), data in zip(wanted, got, strict=True):
+        got = self.client.read_objects(
+            [(path, [(offset, self.sample_bytes) for _, offset in wanted], etag, plan)
+             for (path, etag, plan), wanted in by_shard.items()])
+        for wanted, datas in zip(by_shard.values(), got, strict=True):
+            for (position, _), data in zip(wanted, datas, strict=True):
                 out[position] = self._tensor(data)
         return [t for t in out if t is not None]
 
