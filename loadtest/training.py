@@ -37,7 +37,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.synchronize import Barrier
 from typing import Any
@@ -120,6 +120,31 @@ class TimedSamples(ShardedSamples):
         return [(t, took) for t in out]
 
 
+class Gate(Sampler[int]):
+    """Holds each epoch's first index until every rank is there, and notes the time.
+
+    The loader asks for its first indices once its workers are up, so the epoch's
+    clock starts with workers running (a job's start-up, not its data loading), and
+    the sampler inside (a :class:`PlannedSampler` registers its plan here) runs after.
+    """
+
+    def __init__(self, inner: Sampler[int], barrier: Barrier) -> None:
+        self.inner = inner
+        self.barrier = barrier
+        self.started = 0.0
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.inner.set_epoch(epoch)  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[int]:
+        self.barrier.wait()
+        self.started = time.time()
+        yield from self.inner
+
+
 def collate(items: list[tuple[torch.Tensor, float]]) -> tuple[torch.Tensor, float]:
     return torch.stack([t for t, _ in items]), items[0][1]
 
@@ -159,16 +184,19 @@ def run_rank(job: RankJob, barrier: Barrier) -> None:
         sampler = PlannedSampler(dataset, seed=job.seed, rank=job.rank, world_size=job.ranks,
                                  shard_aware=job.sampler == "shard_aware", window=job.window,
                                  chunk_size=job.chunk_size, job=f"training-{job.phase}")
-    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler, num_workers=job.workers,
-                        persistent_workers=True, collate_fn=collate)
+    gate = Gate(sampler, barrier)
+    loader = DataLoader(dataset, batch_size=BATCH, sampler=gate, num_workers=job.workers,
+                        persistent_workers=job.workers > 0, collate_fn=collate)
     batches: list[dict[str, float]] = []
     epochs: list[dict[str, float]] = []
     for epoch in range(job.epochs):
-        sampler.set_epoch(epoch)  # type: ignore[attr-defined]
-        barrier.wait()
-        start = last = time.time()
+        gate.set_epoch(epoch)
+        start = last = 0.0
+        # Workers come up (in the first epoch) before the gate opens on their first ask.
         for i, (batch, read_s) in enumerate(loader):
             got = time.time()
+            if i == 0:
+                start = last = gate.started
             time.sleep(job.step_s)  # the GPU
             end = time.time()
             batches.append({"epoch": epoch, "batch": i, "end": end, "wall_s": end - last,
@@ -196,8 +224,11 @@ class StatsPoller:
     def __enter__(self) -> StatsPoller:
         if self.url is not None:
             self._poll()
-            self._thread.start()
         return self
+
+    def start(self) -> None:
+        if self.url is not None:
+            self._thread.start()
 
     def __exit__(self, *exc: object) -> None:
         if self.url is not None:
@@ -297,10 +328,10 @@ def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str
 def run_phase(name: str, setup: Setup, source: str, paths: list[str], sampler: str,
               epochs: int, out_dir: str, spoke_url: str | None,
               ranks: int | None = None) -> list[dict[str, Any]]:
-    """R rank processes (spawned: each a fresh interpreter, whose DataLoader forks its
-    workers) through ``epochs`` epochs; their batches, summarised."""
+    """R rank processes (forked, before the poller's thread starts; each DataLoader
+    forks its workers) through ``epochs`` epochs; their batches, summarised."""
     ranks = ranks or setup.ranks
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     barrier = ctx.Barrier(ranks)
     jobs = [RankJob(name, r, ranks, setup.workers, setup.step_s, epochs, source,
                     tuple(paths), sampler, 17, setup.window, setup.chunk_size,
@@ -310,6 +341,7 @@ def run_phase(name: str, setup: Setup, source: str, paths: list[str], sampler: s
     with StatsPoller(spoke_url) as poller:
         for p in procs:
             p.start()
+        poller.start()
         try:
             for p in procs:
                 p.join()
@@ -327,11 +359,21 @@ def run_phase(name: str, setup: Setup, source: str, paths: list[str], sampler: s
     return summarise(results, poller)
 
 
+def joined(*epochs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The epochs' timelines one after the other, batches numbered on (``x``)."""
+    rows = [row for epoch in epochs for row in epoch["timeline"]]
+    return [{**row, "x": x} for x, row in enumerate(rows)]
+
+
 def brief(epoch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in epoch.items() if k != "timeline"}
 
 
-def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print) -> dict[str, Any]:
+PHASES = ("local", "plan", "noplan", "twice", "half")
+
+
+def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
+        phases: Sequence[str] = PHASES) -> dict[str, Any]:
     os.makedirs(out_dir, exist_ok=True)
     logs = os.path.join(out_dir, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -354,15 +396,17 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print) -> dict[
             return lab.spoke(link.url, lab.temp_dir("hubspoke-training-cache-"),
                              "--capacity", str(capacity)).url
 
-        log("local ...")
+        log("local ...")  # always: the other phases are measured against it
         local = run_phase("local", setup, f"local:{root}", paths, "shuffle", 1, out_dir, None)
         summary["local"] = {**brief(local[0]),
                             "what": "the same DataLoader loop over the same shard files, "
                                     "read with os.pread from the local disk (page cache warm)"}
-        timelines["local"] = local[0]["timeline"]
+        timelines["local"] = joined(local[0])
 
         fits = 2 * dataset_bytes
         for name, sampler in (("plan", "plan"), ("noplan", "shuffle")):
+            if name not in phases:
+                continue
             log(f"{name} (cold, then warm) ...")
             url = spoke(fits)
             before = hub_bytes_sent(hub.url)
@@ -370,13 +414,14 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print) -> dict[
             egress = hub_bytes_sent(hub.url) - before
             summary[name] = {"cold": brief(cold), "warm": brief(warm),
                              "hub_egress_bytes": egress, "capacity_bytes": fits}
-            timelines[f"{name} cold"] = cold["timeline"]
-            timelines[f"{name} warm"] = warm["timeline"]
-        summary["hub_egress_bytes"] = summary["plan"]["hub_egress_bytes"]
+            timelines[name] = joined(cold, warm)
+        if "plan" in summary:
+            summary["hub_egress_bytes"] = summary["plan"]["hub_egress_bytes"]
 
         half = dataset_bytes // 2
-        summary["twice_the_cache"] = {"capacity_bytes": half, "dataset_bytes": dataset_bytes}
-        for name in ("shard_aware", "uniform"):
+        twice = {"capacity_bytes": half, "dataset_bytes": dataset_bytes}
+        for name in ("shard_aware", "uniform") if "twice" in phases else ():
+            summary["twice_the_cache"] = twice
             log(f"dataset twice the cache, {name} ...")
             url = spoke(half)
             before = hub_bytes_sent(hub.url)
@@ -386,10 +431,11 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print) -> dict[
             summary["twice_the_cache"][name] = {
                 "epochs": [brief(e) for e in epochs],
                 "hub_egress_bytes": hub_bytes_sent(hub.url) - before}
-            timelines[f"2x cache {name}"] = epochs[0]["timeline"] + epochs[1]["timeline"]
+            timelines[f"2x cache, {name}"] = joined(*epochs)
 
-        log("half cache, one-chunk samples ...")
-        summary["half_cache"] = half_cache(lab, setup, out_dir)
+        if "half" in phases:
+            log("half cache, one-chunk samples ...")
+            summary["half_cache"] = half_cache(lab, setup, out_dir)
 
     summary["targets"] = targets(summary)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
@@ -424,6 +470,8 @@ def half_cache(lab: Lab, setup: Setup, out_dir: str) -> dict[str, Any]:
 
 
 def targets(s: dict[str, Any]) -> dict[str, Any]:
+    if "plan" not in s:
+        return {}
     local, cold, warm = s["local"], s["plan"]["cold"], s["plan"]["warm"]
     return {
         "cold_util_with_plan_at_least_0.95": cold["util"] >= 0.95,
@@ -448,12 +496,12 @@ def plot(timelines: dict[str, list[dict[str, Any]]], path: str) -> None:
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.2 * len(panels)), sharex=True)
     for ax, (label, value) in zip(axes, panels, strict=True):
         for name, rows in timelines.items():
-            ax.plot([r["batch"] for r in rows], [value(r) for r in rows], label=name,
+            ax.plot([r["x"] for r in rows], [value(r) for r in rows], label=name,
                     linewidth=1)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=4)
-    axes[-1].set_xlabel("batch (of each epoch)")
+    axes[-1].set_xlabel("batch (epoch 0, cold, then epoch 1, warm)")
     fig.suptitle("hubspoke training: per batch, cold to warm")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -473,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=int)
     parser.add_argument("--bandwidth-kb-s", type=int, help="cap per connection, KB/s")
     parser.add_argument("--half-cache-size", type=parse_size)
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help=f"a subset of {','.join(PHASES)} (local always runs)")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     overrides = {"ranks": args.ranks, "workers": args.workers,
@@ -482,8 +532,12 @@ def main(argv: list[str] | None = None) -> int:
                  "bandwidth_kb_s": args.bandwidth_kb_s, "half_cache_bytes": args.half_cache_size}
     setup = replace(setup, **{k: v for k, v in overrides.items() if v is not None})
     started = time.time()
-    summary = run(setup, args.out, log=lambda m: print(m, file=sys.stderr, flush=True))
-    shown = {k: summary[k] for k in ("local", "plan", "noplan", "targets")}
+    phases = [p for p in args.phases.split(",") if p]
+    if unknown := set(phases) - set(PHASES):
+        parser.error(f"unknown phases {sorted(unknown)}; choose from {','.join(PHASES)}")
+    summary = run(setup, args.out, log=lambda m: print(m, file=sys.stderr, flush=True),
+                  phases=phases)
+    shown = {k: summary[k] for k in ("local", "plan", "noplan", "targets") if k in summary}
     print(json.dumps(shown, indent=2))
     print(f"took {time.time() - started:.0f} s; {args.out}/summary.json, "
           f"{args.out}/timeline.png", file=sys.stderr)
