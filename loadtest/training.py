@@ -14,6 +14,7 @@ Phases:
 - ``plan``: a cold spoke that holds the whole dataset, :class:`PlannedSampler`;
   epoch 0 is ``cold``, epoch 1 ``warm`` (same loaders, same spoke);
 - ``noplan``: the same with ``DistributedSampler(shuffle=True)``;
+- ``plan_shard_aware``: as ``plan``, with ``PlannedSampler(shard_aware=True)``;
 - ``shard_aware``: a spoke holding half the dataset (the dataset is twice the cache),
   ``PlannedSampler(shard_aware=True)``, beside ``uniform`` (a plain permutation with a
   plan) on another such spoke: the chunk hit ratio each keeps;
@@ -404,8 +405,9 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
         timelines["local"] = joined(local[0])
 
         fits = 2 * dataset_bytes
-        for name, sampler in (("plan", "plan"), ("noplan", "shuffle")):
-            if name not in phases:
+        for name, sampler in (("plan", "plan"), ("noplan", "shuffle"),
+                              ("plan_shard_aware", "shard_aware")):
+            if name.split("_")[0] not in phases:
                 continue
             log(f"{name} (cold, then warm) ...")
             url = spoke(fits)

@@ -40,10 +40,11 @@ class PlanPrefetcher:
         """Book ``tenant``'s plan of ``reads`` and start prefetching for it; with
         ``plan_id``, a plan already booked under it is returned instead."""
         reads = list(reads)
-        manifests: dict[str, Manifest] = {}
-        for read in reads:
-            if read.path not in manifests:
-                manifests[read.path] = (await self.cache.manifest(read.path))[0]
+        paths = list(dict.fromkeys(read.path for read in reads))
+        # All at once: over a WAN, one round trip per shard in turn held up the job's
+        # first reads by as many round trips as it has shards.
+        got = await asyncio.gather(*(self.cache.manifest(path) for path in paths))
+        manifests: dict[str, Manifest] = {path: m[0] for path, m in zip(paths, got, strict=True)}
         moved = asyncio.Event()
         plan = self.book.add(reads, manifests, tenant, on_move=moved.set, plan_id=plan_id)
         if plan.id not in self._tasks:  # a job's other rank may have booked it meanwhile
