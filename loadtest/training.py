@@ -53,7 +53,8 @@ from protocol.sizes import parse_size
 from spoke.client.torch_dataset import PlannedSampler, ShardedSamples
 
 BATCH = 24
-STEADY_UTIL = 0.95  # a batch is steady when its wall time is within 5 % of the step
+STEADY_WINDOW = 10  # batches: steady when every such run of them averages STEADY_UTIL
+STEADY_UTIL = 0.9
 
 
 @dataclass(frozen=True)
@@ -267,10 +268,13 @@ def hub_bytes_sent(hub_url: str) -> int:
 
 
 def steady_from(batches: list[dict[str, float]]) -> int:
-    """The first batch from which every batch ran at ``STEADY_UTIL`` or better."""
-    steady = len(batches)
-    for i in range(len(batches) - 1, -1, -1):
-        if batches[i]["step_s"] / batches[i]["wall_s"] < STEADY_UTIL:
+    """The first batch from which every run of ``STEADY_WINDOW`` batches averages a
+    utilisation of ``STEADY_UTIL`` or better (one slow batch on a shared machine is
+    noise; a run of them is a stall)."""
+    utils = [b["step_s"] / b["wall_s"] for b in batches]
+    steady = len(utils)
+    for i in range(len(utils) - STEADY_WINDOW, -1, -1):
+        if statistics.fmean(utils[i:i + STEADY_WINDOW]) < STEADY_UTIL:
             break
         steady = i
     return steady
