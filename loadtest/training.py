@@ -465,10 +465,12 @@ def half_cache(lab: Lab, setup: Setup, out_dir: str) -> dict[str, Any]:
     url = lab.spoke(link.url, lab.temp_dir("hubspoke-training-cache-"),
                     "--capacity", str(capacity)).url
     quick = replace(setup, step_s=setup.step_s / 4)  # bytes are the point here, not time
+    before = hub_bytes_sent(hub.url)
     epochs = run_phase("half-cache", quick, url, paths, "plan", setup.half_cache_epochs,
                        out_dir, url)
     return {"dataset_bytes": dataset_bytes, "capacity_bytes": capacity,
-            "chunk_bytes": SAMPLE_BYTES,
+            "chunk_bytes": SAMPLE_BYTES, "hub_egress_bytes": hub_bytes_sent(hub.url) - before,
+            # Per epoch from /stats polled every 50 ms: a boundary's fetches may land either side.
             "hub_bytes_per_epoch": [e["hub_bytes"] for e in epochs],
             "hit_ratio_per_epoch": [e["hit_ratio"] for e in epochs],
             "later_epochs_fraction_of_dataset": [e["hub_bytes"] / dataset_bytes

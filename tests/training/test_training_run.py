@@ -29,18 +29,19 @@ def test_a_tiny_training_run_writes_the_summary_and_the_plot(tmp_path: Path) -> 
     # warm epoch is all hits.
     assert summary["hub_egress_bytes"] == summary["plan"]["hub_egress_bytes"] == dataset
     assert summary["noplan"]["hub_egress_bytes"] == dataset
+    assert summary["plan_shard_aware"]["hub_egress_bytes"] == dataset
     assert summary["plan"]["warm"]["hub_bytes"] == 0
     assert summary["plan"]["warm"]["hit_ratio"] == 1.0
     assert summary["local"]["hub_bytes"] == 0
     # Half the dataset cached: every chunk comes from the hub at least once.
     half = summary["half_cache"]
     assert half["capacity_bytes"] * 2 == half["dataset_bytes"]
-    assert len(half["hub_bytes_per_epoch"]) == 3
-    assert sum(half["hub_bytes_per_epoch"]) >= half["dataset_bytes"]
+    assert len(half["hub_bytes_per_epoch"]) >= 2
+    assert half["hub_egress_bytes"] >= half["dataset_bytes"]
     assert set(summary["targets"]) >= {"cold_util_with_plan_at_least_0.95",
                                        "hub_egress_equals_dataset_when_it_fits"}
     assert summary["targets"]["hub_egress_equals_dataset_when_it_fits"] is True
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     timelines = json.loads((out / "timeline.json").read_text())
-    assert set(timelines) == {"local", "plan", "noplan"}
+    assert set(timelines) == {"local", "plan", "noplan", "plan_shard_aware"}
     assert len(timelines["plan"]) == 2 * summary["plan"]["cold"]["batches"]
