@@ -55,6 +55,7 @@ from spoke.client.torch_dataset import PlannedSampler, ShardedSamples
 BATCH = 24
 STEADY_WINDOW = 10  # batches: steady when every such run of them averages STEADY_UTIL
 STEADY_UTIL = 0.9
+READ_WINDOW = 10  # batches whose reads make a point of the plot's read percentiles
 
 
 @dataclass(frozen=True)
@@ -496,11 +497,16 @@ def plot(timelines: dict[str, list[dict[str, Any]]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("samples/s", lambda r: r["samples_per_s"]), ("util", lambda r: r["util"]),
-              ("read p50 ms", lambda r: percentile(r["read_ms"], 0.5)),
-              ("read max ms", lambda r: max(r["read_ms"])),
-              ("chunk hit ratio", lambda r: r["hit_ratio"]),
-              ("hub MB", lambda r: r["hub_bytes"] / 1e6)]
+    panels: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
+        ("samples/s", lambda r: r["samples_per_s"]), ("util", lambda r: r["util"]),
+        (f"read p50 ms ({READ_WINDOW} batches)", lambda r: percentile(r["window_ms"], 0.5)),
+        (f"read p99 ms ({READ_WINDOW} batches)", lambda r: percentile(r["window_ms"], 0.99)),
+        ("chunk hit ratio", lambda r: r["hit_ratio"]),
+        ("hub MB", lambda r: r["hub_bytes"] / 1e6)]
+    for rows in timelines.values():  # each batch's reads and those of the batches before
+        for i, row in enumerate(rows):
+            row["window_ms"] = [ms for r in rows[max(0, i - READ_WINDOW + 1):i + 1]
+                                for ms in r["read_ms"]]
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.2 * len(panels)), sharex=True)
     for ax, (label, value) in zip(axes, panels, strict=True):
         for name, rows in timelines.items():
