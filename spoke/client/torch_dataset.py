@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import math
 import os
 import secrets
 from collections import defaultdict
@@ -162,9 +163,12 @@ class PlannedSampler(Sampler[int]):
 
     Each epoch (``set_epoch``; without it, each new pass is the next epoch) draws a
     permutation from ``seed`` and the epoch, registers it with the spoke as a read
-    plan (``POST /plans``) together with the next epoch's, so the spoke's prefetch
-    runs on across the epoch boundary, and yields :class:`PlannedIndex` values that
-    name the plan, so reads from DataLoader workers follow it. The plan of the epoch
+    plan (``POST /plans``) followed by the first ``lookahead`` of the next epoch's
+    reads, so the spoke's prefetch runs on across the epoch boundary (only a part:
+    a read of the epoch's end that the next epoch's start repeats is ambiguous to the
+    spoke's cursor, and a whole second epoch made every read so), and yields
+    :class:`PlannedIndex` values that name the plan, so reads from DataLoader workers
+    follow it. The plan of the epoch
     before is dropped once the new one is registered.
 
     Distributed: ``rank`` and ``world_size`` (by default ``torch.distributed``'s when
@@ -197,7 +201,7 @@ class PlannedSampler(Sampler[int]):
         window: int = 16,
         chunk_size: int = 4 << 20,
         job: str | None = None,
-        lookahead: bool = True,
+        lookahead: float = 0.25,
     ) -> None:
         distributed = dist.is_available() and dist.is_initialized()
         if world_size is None:
@@ -208,6 +212,8 @@ class PlannedSampler(Sampler[int]):
             raise ValueError(f"rank {rank} outside 0..{world_size - 1}")
         if shard_aware and (window < 1 or chunk_size < 1):
             raise ValueError("window and chunk_size must be positive")
+        if not 0 <= lookahead <= 1:
+            raise ValueError(f"lookahead is a fraction of an epoch, not {lookahead}")
         self.dataset = dataset
         self.seed = seed
         self.shuffle = shuffle
@@ -254,18 +260,30 @@ class PlannedSampler(Sampler[int]):
         for index in rank_share(self.order(epoch), self.rank, self.world_size):
             yield PlannedIndex(index, plan) if plan is not None else index
 
-    def _register(self, epoch: int) -> str | None:
-        """Book this epoch's plan (and the next epoch's reads after it); drop the last."""
-        epochs = [epoch, epoch + 1] if self.lookahead else [epoch]
+    def _reads(self, epoch: int, lookahead: float) -> list[tuple[str, int, int]]:
+        """``epoch``'s reads, then the first ``lookahead`` of the next epoch's."""
+        following = self.order(epoch + 1)
+        indices = self.order(epoch) + following[:math.ceil(lookahead * len(following))]
         size = self.dataset.sample_bytes
         reads = []
-        for e in epochs:
-            for index in self.order(e):
-                path, _, offset = self.dataset.locate(index)
-                reads.append((path, offset, size))
+        for index in indices:
+            path, _, offset = self.dataset.locate(index)
+            reads.append((path, offset, size))
+        return reads
+
+    def _register(self, epoch: int) -> str | None:
+        """Book this epoch's plan (and the next epoch's reads after it); drop the last."""
         previous = self.plan_id
+        job = f"{self.job}/e{epoch}"
         try:
-            self.plan_id = self.dataset.client.create_plan(reads, job=f"{self.job}/e{epoch}")
+            try:
+                self.plan_id = self.dataset.client.create_plan(
+                    self._reads(epoch, self.lookahead), job=job)
+            except HubspokeError as exc:
+                if not self.lookahead or exc.status != 400:
+                    raise
+                # Two epochs may be more reads than a plan may hold: this epoch alone.
+                self.plan_id = self.dataset.client.create_plan(self._reads(epoch, 0), job=job)
             if previous is not None and previous != self.plan_id:
                 self.dataset.client.delete_plan(previous)  # another rank may have done it
         except HubspokeError as exc:
