@@ -31,6 +31,7 @@ torch is an optional dependency (``pip install 'hubspoke[torch]'``).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import logging
 import math
@@ -44,6 +45,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, Sampler
 
+from protocol.errors import ProtocolError
+from protocol.plan_request import parse_job
 from spoke.client.clients import Client, HubspokeError
 from spoke.client.orders import padded, rank_share, shard_aware_order, uniform_order
 
@@ -162,14 +165,14 @@ class PlannedSampler(Sampler[int]):
     """A shuffling sampler that tells the spoke each epoch's reads before making them.
 
     Each epoch (``set_epoch``; without it, each new pass is the next epoch) draws a
-    permutation from ``seed`` and the epoch, registers it with the spoke as a read
+    permutation from ``seed`` and the epoch, registers it (at ``set_epoch``, or else
+    before the first index is yielded) with the spoke as a read
     plan (``POST /plans``) followed by the first ``lookahead`` of the next epoch's
     reads, so the spoke's prefetch runs on across the epoch boundary (only a part:
     a read of the epoch's end that the next epoch's start repeats is ambiguous to the
     spoke's cursor, and a whole second epoch made every read so), and yields
     :class:`PlannedIndex` values that name the plan, so reads from DataLoader workers
-    follow it. The plan of the epoch
-    before is dropped once the new one is registered.
+    follow it. The plan of the epoch before is dropped once the new one is registered.
 
     Distributed: ``rank`` and ``world_size`` (by default ``torch.distributed``'s when
     it is initialised, else 0 and 1). The plan is the job's global order; rank ``r``
@@ -224,17 +227,26 @@ class PlannedSampler(Sampler[int]):
         self.window = window
         self.lookahead = lookahead
         self._groups = dataset.chunk_groups(chunk_size) if shard_aware else None
+        if job is not None:
+            try:
+                parse_job(f"{job}/e0")
+            except ProtocolError as exc:
+                raise ValueError(str(exc)) from None
         self.job = job or self._default_job(distributed, chunk_size)
         self.epoch = 0
         self._epoch_given = False
         self._started = False
         self._orders: dict[int, list[int]] = {}
         self.plan_id: str | None = None  # the plan of the epoch being read
+        self._registered: int | None = None  # the epoch plan_id is of
         self._warned = False
 
     def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch`` next, and tell the spoke now: while the loader starts its
+        workers (and a job its model), the spoke is already fetching."""
         self.epoch = epoch
         self._epoch_given = True
+        self._register(epoch)
 
     def __len__(self) -> int:
         n = len(self.dataset)
@@ -256,7 +268,7 @@ class PlannedSampler(Sampler[int]):
             self.epoch += 1
         self._started, self._epoch_given = True, False
         epoch = self.epoch
-        plan = self._register(epoch)
+        plan = self.plan_id if self._registered == epoch else self._register(epoch)
         for index in rank_share(self.order(epoch), self.rank, self.world_size):
             yield PlannedIndex(index, plan) if plan is not None else index
 
@@ -273,6 +285,9 @@ class PlannedSampler(Sampler[int]):
 
     def _register(self, epoch: int) -> str | None:
         """Book this epoch's plan (and the next epoch's reads after it); drop the last."""
+        if self._registered == epoch:
+            return self.plan_id
+        self._registered = epoch
         previous = self.plan_id
         job = f"{self.job}/e{epoch}"
         try:
@@ -282,16 +297,19 @@ class PlannedSampler(Sampler[int]):
             except HubspokeError as exc:
                 if not self.lookahead or exc.status != 400:
                     raise
-                # Two epochs may be more reads than a plan may hold: this epoch alone.
+                # With the next epoch's there may be more reads than a plan may hold.
                 self.plan_id = self.dataset.client.create_plan(self._reads(epoch, 0), job=job)
-            if previous is not None and previous != self.plan_id:
-                self.dataset.client.delete_plan(previous)  # another rank may have done it
         except HubspokeError as exc:
             if not self._warned:
                 logger.warning("%s takes no read plan (%s); reading without one",
                                self.dataset.client.endpoint, exc)
                 self._warned = True
             self.plan_id = None
+        if previous is not None and previous != self.plan_id:
+            # Another rank may have dropped it already; and training goes on if the
+            # spoke cannot drop it now.
+            with contextlib.suppress(HubspokeError):
+                self.dataset.client.delete_plan(previous)
         return self.plan_id
 
     def _default_job(self, distributed: bool, chunk_size: int) -> str:

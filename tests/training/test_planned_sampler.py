@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import multiprocessing as mp
 import pickle
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -70,6 +73,7 @@ def test_persistent_workers_read_each_epoch_under_its_plan(
     ids = []
     for epoch in range(3):
         sampler.set_epoch(epoch)
+        assert sampler.plan_id in plans(url)  # told before the loader asks for a sample
         rows = [row for batch in loader for row in batch]
         order = sampler.order(epoch)
         assert len(rows) == N and sorted(order) == list(range(N))
@@ -78,11 +82,12 @@ def test_persistent_workers_read_each_epoch_under_its_plan(
         ids.append(sampler.plan_id)
         booked = plans(url)
         # Only this epoch's plan is left, and the workers' reads moved it through the
-        # epoch: it covers this epoch and a quarter of the next, and stands at this
-        # epoch's end.
+        # epoch: it covers this epoch and a quarter of the next, and got to this
+        # epoch's end (how far past it a late read may throw it is the cursor's
+        # business, not the sampler's).
         assert list(booked) == [sampler.plan_id]
         assert booked[sampler.plan_id]["chunk_reads"] == N + N // 4
-        assert N - 1 <= int(booked[sampler.plan_id]["cursor"]) <= N  # type: ignore[call-overload]
+        assert int(booked[sampler.plan_id]["cursor"]) >= N - 1  # type: ignore[call-overload]
     assert len(set(ids)) == 3
     assert sampler.order(0) != sampler.order(1)
     requests.delete(f"{url}/plans/{sampler.plan_id}", timeout=30)
@@ -122,6 +127,49 @@ def test_ranks_share_one_plan_and_split_the_epoch(
     rows = [row for batch in loader for row in batch]
     assert all(torch.equal(r, sample(files, i)) for r, i in zip(rows, shares[1], strict=True))
     requests.delete(f"{url}/plans/{samplers[0].plan_id}", timeout=30)
+
+
+def distributed_rank(rank: int, url: str, store: str, out: str) -> None:
+    """One rank of a torch.distributed (gloo) job: its sampler, from the group alone."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        sampler = PlannedSampler(ShardedSamples(url, prefix="tok/", tokens_per_sample=TOKENS),
+                                 seed=6)
+        share = [int(i) for i in sampler]
+        dist.barrier()  # both have registered before either drops anything
+        Path(out).write_text(json.dumps({"rank": sampler.rank, "world": sampler.world_size,
+                                         "job": sampler.job, "plan": sampler.plan_id,
+                                         "share": share, "order": sampler.order(0)}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_under_torch_distributed_the_ranks_find_their_place_and_one_plan(
+    servers: tuple[str, str, dict[str, bytes]], tmp_path: Path
+) -> None:
+    url, _, _ = servers
+    ctx = mp.get_context("spawn")
+    outs = [tmp_path / f"rank{r}.json" for r in range(2)]
+    procs = [ctx.Process(target=distributed_rank,
+                         args=(r, url, str(tmp_path / "store"), str(outs[r])))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        if p.is_alive():
+            p.kill()
+    assert [p.exitcode for p in procs] == [0, 0]
+    ranks = [json.loads(o.read_text()) for o in outs]
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)]
+    # The job's name was drawn by rank 0 and sent to rank 1: one plan for both.
+    assert ranks[0]["job"] == ranks[1]["job"] and ranks[0]["plan"] == ranks[1]["plan"]
+    assert ranks[0]["plan"] in plans(url)
+    order = ranks[0]["order"]
+    assert ranks[0]["share"] == order[0::2] and ranks[1]["share"] == order[1::2]
+    requests.delete(f"{url}/plans/{ranks[0]['plan']}", timeout=30)
 
 
 def test_shard_aware_reads_a_window_of_chunks_at_a_time(
