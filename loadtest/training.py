@@ -484,6 +484,8 @@ def targets(s: dict[str, Any]) -> dict[str, Any]:
     local, cold, warm = s["local"], s["plan"]["cold"], s["plan"]["warm"]
     return {
         "cold_util_with_plan_at_least_0.95": cold["util"] >= 0.95,
+        "cold_util_with_shard_aware_plan_at_least_0.95":
+            s.get("plan_shard_aware", {}).get("cold", {}).get("util", 0) >= 0.95,
         "warm_within_2pct_of_local": warm["samples_per_s"] >= 0.98 * local["samples_per_s"],
         "steady_within_10_batches": cold["steady_from_batch"] <= 10,
         "hub_egress_equals_dataset_when_it_fits": s["plan"]["hub_egress_bytes"]
