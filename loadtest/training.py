@@ -17,7 +17,8 @@ Phases:
 - ``plan_shard_aware``: as ``plan``, with ``PlannedSampler(shard_aware=True)``;
 - ``shard_aware``: a spoke holding half the dataset (the dataset is twice the cache),
   ``PlannedSampler(shard_aware=True)``, beside ``uniform`` (a plain permutation with a
-  plan) on another such spoke: the chunk hit ratio each keeps;
+  plan) and, but in ``--quick``, ``noplan`` (``DistributedSampler``) on other such
+  spokes: the chunk hit ratio each keeps;
 - ``half_cache``: the done-means check, on a second hub whose chunk is one sample:
   ``PlannedSampler`` with the cache at half the dataset, hub bytes per epoch.
 
@@ -71,6 +72,8 @@ class Setup:
     half_cache_bytes: int  # the one-chunk-sample dataset of the half-cache check
     half_cache_epochs: int
     window: int  # shard-aware window, in chunks
+    # Samplers on the dataset twice the cache: "noplan" (a plain shuffle) adds a phase.
+    twice: tuple[str, ...] = ("shard_aware", "uniform", "noplan")
 
 
 FULL = Setup(ranks=4, workers=2, step_s=0.12, dataset_bytes=256 << 20, shard_bytes=32 << 20,
@@ -78,7 +81,8 @@ FULL = Setup(ranks=4, workers=2, step_s=0.12, dataset_bytes=256 << 20, shard_byt
              half_cache_bytes=32 << 20, half_cache_epochs=4, window=8)
 QUICK = Setup(ranks=2, workers=2, step_s=0.12, dataset_bytes=48 << 20, shard_bytes=8 << 20,
               chunk_size=1 << 20, latency_ms=60, bandwidth_kb_s=25_000,
-              half_cache_bytes=12 << 20, half_cache_epochs=3, window=4)
+              half_cache_bytes=12 << 20, half_cache_epochs=3, window=4,
+              twice=("shard_aware", "uniform"))
 
 
 # --------------------------------------------------------------------------- the ranks
@@ -427,14 +431,13 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
 
         half = dataset_bytes // 2
         twice = {"capacity_bytes": half, "dataset_bytes": dataset_bytes}
-        for name in ("shard_aware", "uniform") if "twice" in phases else ():
+        for name in setup.twice if "twice" in phases else ():
             summary["twice_the_cache"] = twice
             log(f"dataset twice the cache, {name} ...")
             url = spoke(half)
             before = hub_bytes_sent(hub.url)
-            epochs = run_phase(f"twice-{name}", setup, url, paths,
-                               "shard_aware" if name == "shard_aware" else "plan", 2,
-                               out_dir, url)
+            sampler = {"shard_aware": "shard_aware", "uniform": "plan"}.get(name, "shuffle")
+            epochs = run_phase(f"twice-{name}", setup, url, paths, sampler, 2, out_dir, url)
             summary["twice_the_cache"][name] = {
                 "epochs": [brief(e) for e in epochs],
                 "hub_egress_bytes": hub_bytes_sent(hub.url) - before}
