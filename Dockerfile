@@ -13,7 +13,7 @@ COPY hub ./hub
 COPY spoke ./spoke
 COPY loadtest ./loadtest
 # No [test] extras: the image only serves.
-RUN /opt/venv/bin/pip install .
+RUN /opt/venv/bin/pip install '.[s3]'
 
 FROM python:3.11-slim
 ENV PATH=/opt/venv/bin:$PATH \

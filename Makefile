@@ -1,5 +1,5 @@
 # Two entry points, each self-contained on a fresh machine:
-#   make demo   -- hub over a generated dataset, a spoke, a cold then warm loader pass
+#   make demo   -- a training loop local, then through a narrow link and a spoke: cold, warm, planned
 #   make test   -- lint, type-check, import contracts and the full test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,11 +16,15 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 # The demo needs the package and the lab's WAN driver only: no torch, pandas, locust.
+# One line per step; pip says nothing unless something fails.
+PIP_QUIET = --quiet --disable-pip-version-check --root-user-action=ignore
 $(BIN)/.lab-installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[lab]'
-	touch $@
+	@echo "== venv: $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "== install: hubspoke and its lab extra (pip, quiet)"
+	@$(BIN)/python -m pip install $(PIP_QUIET) --upgrade pip
+	@$(BIN)/python -m pip install $(PIP_QUIET) -e '.[lab]'
+	@touch $@
 
 # System tools the tests drive: docker-compose (validates docker-compose.yml),
 # nginx and wrk (the benchmark's smoke test), kubectl (renders deploy/k8s offline).
@@ -42,7 +46,7 @@ test: tools lint
 	$(BIN)/python -m pytest -q
 
 demo: $(BIN)/.lab-installed
-	$(BIN)/python -m loadtest.demo $(ARGS)
+	@$(BIN)/python -m loadtest.demo $(ARGS)
 
 # Load tests and benchmarks (bounded in time, all on 127.0.0.1); reports go to reports/.
 locust: venv

@@ -3,7 +3,9 @@
     python examples/torch_dataloader.py --endpoint http://127.0.0.1:8701 --prefix dataset/
 
 Each DataLoader worker process opens its own connection pool to the spoke; the
-sampler shuffles every epoch; batches are fetched with concurrent ranged reads.
+sampler shuffles every epoch and tells the spoke the epoch's order first (a read
+plan), so the spoke fetches ahead of the loader; batches are fetched with concurrent
+ranged reads.
 Nothing here knows about the WAN: point --endpoint at the hub and it still works,
 only slower.
 """
@@ -15,7 +17,7 @@ import time
 
 from torch.utils.data import DataLoader
 
-from spoke.client.torch_dataset import ShardedSamples
+from spoke.client.torch_dataset import PlannedSampler, ShardedSamples
 
 
 def main() -> None:
@@ -27,9 +29,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
     dataset = ShardedSamples(args.endpoint, prefix=args.prefix)
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
+    sampler = PlannedSampler(dataset, seed=0)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
                         num_workers=args.workers, persistent_workers=args.workers > 0)
     for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
         started, samples = time.perf_counter(), 0
         for batch in loader:
             samples += batch.shape[0]  # a model step would go here

@@ -1,4 +1,5 @@
-"""``python -m hub serve --root DIR``: run the hub in the foreground; ``python -m hub token``."""
+"""``python -m hub serve --root DIR|s3://BUCKET[/PREFIX]``: run the hub in the foreground;
+``python -m hub token``; ``python -m hub index``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import logging
 import sys
 
 from hub.app import make_app
-from hub.config import config_from_args, parse_args
+from hub.config import config_from_args, index_config_from_args, parse_args
+from hub.roots import RootError, check_index_dir, open_backend
 from hub.token_cli import run_token
 from service.cli import apply_logging_flags, environ
 from service.memory import fix_malloc_thresholds
@@ -21,12 +23,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, environ())
     if args.command == "token":
         return run_token(args)
+    if args.command == "index":
+        from hub.index_cli import run_index
+
+        index_config = index_config_from_args(args)
+        apply_logging_flags(index_config.log_level, index_config.log_format, "off")
+        return run_index(index_config, environ())
     config = config_from_args(args)
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
+    try:
+        backend = open_backend(config.root, config.s3_endpoint, config.s3_timeout, environ())
+        check_index_dir(backend, config.index_dir)
+    except RootError as exc:
+        print(f"hub: {exc}", file=sys.stderr)  # one line, no traceback: the operator's to fix
+        return 2
     logger.info("serving %s (chunk size %d, %s digests)", config.root, config.chunk_size,
                 config.digest_alg)
     tls = server_context_for(config.tls_cert, config.tls_key)
-    run(lambda: serve_forever(make_app(config), config.host, config.port, tls))
+    run(lambda: serve_forever(make_app(config, backend), config.host, config.port, tls))
     return 0
 
 

@@ -7,17 +7,21 @@ from aiohttp import web
 from hub import handlers
 from hub.backend import Backend, FilesystemBackend
 from hub.config import HubConfig
+from hub.fast import FastObjects
 from hub.manifests import ManifestCache
+from hub.roots import digest_store_for, open_backend
 from hub.stats import HubStats
 from service import auth, front, limits, logs
 from service.auth import Access, RouteTable
+from service.cli import environ
+from service.fast import FAST, FastHandler
 from service.metrics import make_registry
 from service.problem import Handler, problem_middleware
 from service.routes import add_routes
 
 
 def make_app(config: HubConfig, backend: Backend | None = None) -> web.Application:
-    """The hub application; ``backend`` defaults to the files under ``config.root``."""
+    """The hub application; ``backend`` defaults to what ``config.root`` names."""
     stats = HubStats()
 
     @web.middleware
@@ -34,10 +38,21 @@ def make_app(config: HubConfig, backend: Backend | None = None) -> web.Applicati
         header_timeout_s=config.header_timeout_s,
         keepalive_timeout_s=config.keepalive_timeout_s,
     )
-    backend = backend or FilesystemBackend(config.root)
+    backend = backend or open_backend(config.root, config.s3_endpoint, config.s3_timeout,
+                                      environ(), check_directory=False)
     app[handlers.BACKEND] = backend
-    app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg)
+    digests = digest_store_for(backend, config.index_dir)
+    app[handlers.MANIFESTS] = ManifestCache(backend, config.chunk_size, config.digest_alg,
+                                            store=digests)
+    if digests is not None:
+        async def close_index(_: web.Application) -> None:
+            digests.close()
+
+        app.on_cleanup.append(close_index)
     app[handlers.STATS] = stats
+    if isinstance(backend, FilesystemBackend):  # other backends have no file to send
+        fast: FastHandler = FastObjects(app, backend, stats)
+        app[FAST] = fast
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)
     ))

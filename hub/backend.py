@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,7 +54,10 @@ class Backend(Protocol):
 
     def open(self, path: str) -> OpenObject: ...
 
-    def list(self, prefix: str) -> list[ObjectInfo]: ...
+    def list(self, prefix: str) -> Iterable[ObjectInfo]:
+        """A list when it is cheap to build whole; an iterator (consumed in executor
+        threads, batch by batch) when it comes page by page."""
+        ...
 
     def still_current(self, info: ObjectInfo) -> bool: ...
 
@@ -110,7 +114,7 @@ class FilesystemBackend:
         self.root = os.path.realpath(root)
 
     def stat(self, path: str) -> ObjectInfo:
-        parent, name = self._parent(path)
+        parent, name = self._parent(validate_path(path))
         try:
             st = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except OSError:  # missing, a name too long: no object either way
@@ -120,6 +124,11 @@ class FilesystemBackend:
         return self._info(path, st)  # a symlink is not a regular file: no object
 
     def open(self, path: str) -> OpenObject:
+        return self.open_valid(validate_path(path))
+
+    def open_valid(self, path: str) -> _OpenFile:
+        """:meth:`open` for a ``path`` already through :func:`validate_path` (the fast
+        path validates each request target once, not on every request)."""
         parent, name = self._parent(path)
         try:
             # O_NOFOLLOW: a link is not an object. O_NONBLOCK: opening a FIFO would
@@ -137,9 +146,9 @@ class FilesystemBackend:
             raise
 
     def _parent(self, path: str) -> tuple[int, str]:
-        """An open descriptor of ``path``'s directory, reached without following any
-        link (:meth:`_directory`), and the last segment; the caller closes it."""
-        *directories, name = validate_path(path).split("/")
+        """An open descriptor of valid ``path``'s directory, reached without following
+        any link (:meth:`_directory`), and the last segment; the caller closes it."""
+        *directories, name = path.split("/")
         try:
             return self._directory(directories), name
         except OSError:  # missing, not a directory, a symlink: no object below it

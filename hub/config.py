@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping, Sequence
 
 from hub.token_cli import add_token_flags
@@ -19,14 +20,30 @@ from service.tls import TlsSettings, parse_checked
 class _Objects:
     """What the hub serves."""
 
-    root: str = setting("--root", help="directory holding the objects")
+    root: str = setting("--root", help="directory holding the objects, or s3://BUCKET[/PREFIX]")
 
 
 @settings
-class _Serving:
-    """Its port, and how it cuts objects into chunks."""
+class StoreSettings:
+    """How the hub reaches an object store (an s3:// root); the rest is the AWS environment."""
 
-    port: int = setting("--port", default=8700, parse=int, help="port (0 picks a free one)")
+    s3_endpoint: str | None = setting(
+        "--s3-endpoint", default=None,
+        help="S3 endpoint URL, http:// allowed (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, "
+             "else AWS's own)",
+    )
+    s3_timeout: float = setting("--s3-timeout", default=30.0, parse=positive(float),
+                                help="seconds to connect to, or wait on a read from, the store")
+    index_dir: str = setting(
+        "--index-dir", default="~/.cache/hubspoke/hub", parse=os.path.expanduser,
+        help="where an s3:// root's per-chunk digests are kept across restarts",
+    )
+
+
+@settings
+class _Chunking:
+    """How the hub cuts objects into chunks."""
+
     chunk_size: int = setting("--chunk-size", default="4MiB", parse=positive(size_arg),
                               help="chunk size of manifests (bytes or 4MiB-style)")
     digest_alg: str = setting("--digest-alg", default=DEFAULT_DIGEST_ALG,
@@ -34,9 +51,27 @@ class _Serving:
 
 
 @settings
+class _Serving(_Chunking):
+    """Its port, and how it cuts objects into chunks."""
+
+    port: int = setting("--port", default=8700, parse=int, help="port (0 picks a free one)")
+
+
+@settings
 class HubConfig(_Objects, ListenSettings, _Serving, LoggingSettings, AuthSettings, TlsSettings,
-                LimitSettings):
+                LimitSettings, StoreSettings):
     """``python -m hub serve``'s settings, its flags in this order."""
+
+
+@settings
+class _IndexScope:
+    prefix: str = setting("--prefix", default="", help="only the objects under this prefix")
+
+
+@settings
+class IndexConfig(_Objects, _IndexScope, _Chunking, StoreSettings, LoggingSettings):
+    """``python -m hub index``'s settings: the digests a ``serve`` of the same root,
+    chunk size and algorithm will find."""
 
 
 DEFAULT_CHUNK_SIZE = HubConfig.chunk_size
@@ -55,6 +90,13 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         description="Sign a token naming a tenant, its path prefixes, scope and expiry.",
     )
     add_token_flags(token, env)
+    index = commands.add_parser(
+        "index", help="precompute the per-chunk digests of an s3:// root's objects",
+        description="Hash every object under --root and --prefix once, into --index-dir, "
+                    "so a hub serving that root answers manifests without reading them. "
+                    "Resumable: objects already indexed are skipped.",
+    )
+    add_settings(index, IndexConfig, env)
     return parser
 
 
@@ -70,3 +112,8 @@ def parse_config(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, HubC
 
 def config_from_args(args: argparse.Namespace) -> HubConfig:
     return config_from(HubConfig, args)
+
+
+def index_config_from_args(args: argparse.Namespace) -> IndexConfig:
+    return config_from(IndexConfig, args)
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import select
 import threading
@@ -13,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from hub.backend import Backend, OpenObject
+from hub.backend import Backend, ObjectInfo, OpenObject
 from hub.manifests import ManifestCache
 from hub.stats import HubStats
 from protocol.manifest import encode_manifest
@@ -22,7 +23,7 @@ from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response, reframed
 from service.body import send_plan
-from service.listing import list_response
+from service.listing import list_response, stream_list_response
 from service.metrics import metrics_response
 
 BACKEND = web.AppKey("backend", Backend)
@@ -44,6 +45,8 @@ SENDFILE_THREADS = 32
 # A transfer that makes no progress for this long is abandoned (the client stalled).
 SENDFILE_STALL_S = 60.0
 _sendfile_pool: ThreadPoolExecutor | None = None
+# Listing entries per executor hop when a backend lists page by page.
+LIST_BATCH = 1000
 
 
 async def get_object(request: web.Request) -> web.StreamResponse:
@@ -51,7 +54,9 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
     loop = asyncio.get_running_loop()
     quick = getattr(backend, "opens_quickly", False)
-    obj = backend.open(path) if quick else await loop.run_in_executor(None, backend.open, path)
+    obj = backend.open(path) if quick else await loop.run_in_executor(
+        None, _open, backend, path, request.headers.get("If-Match"), request.headers.get("Range")
+    )
     try:
         info = obj.info
         rep = Representation(info.size, info.etag, info.mtime_ns, info.content_type)
@@ -72,6 +77,17 @@ async def get_object(request: web.Request) -> web.StreamResponse:
             obj.close()
         else:
             await loop.run_in_executor(None, obj.close)
+
+
+def _open(backend: Backend, path: str, if_match: str | None, range_value: str | None
+          ) -> OpenObject:
+    """``backend.open``; a backend that can open and read in one request (an object
+    store's ``open_for_request``) is told what the request asks for."""
+    open_for_request = getattr(backend, "open_for_request", None)
+    if open_for_request is not None:
+        obj: OpenObject = open_for_request(path, if_match, range_value)
+        return obj
+    return backend.open(path)
 
 
 def _boundary_clear_of_data(obj: OpenObject, plan: ResponsePlan) -> ResponsePlan:
@@ -101,6 +117,9 @@ async def _stream_file_range(
     obj: OpenObject, r: ByteRange, response: web.StreamResponse, stats: HubStats
 ) -> None:
     loop = asyncio.get_running_loop()
+    will_read = getattr(obj, "will_read", None)
+    if will_read is not None:
+        will_read(r.start, r.stop)  # a store object then reads the range with one request
     offset = r.start
     while offset < r.stop:
         length = min(READ_BLOCK_BYTES, r.stop - offset)
@@ -137,7 +156,7 @@ async def _sendfile_range(
     try:
         loop = asyncio.get_running_loop()
         sent = await loop.run_in_executor(
-            _pool(), _sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
+            sendfile_pool(), sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
         )
     finally:
         stop.set()  # the thread may still run if we were cancelled: make it stop
@@ -151,14 +170,15 @@ async def _sendfile_range(
     return True
 
 
-def _pool() -> ThreadPoolExecutor:
+def sendfile_pool() -> ThreadPoolExecutor:
+    """The threads :func:`sendfile_blocking` runs in (also the fast path's)."""
     global _sendfile_pool
     if _sendfile_pool is None:
         _sendfile_pool = ThreadPoolExecutor(SENDFILE_THREADS, thread_name_prefix="hub-sendfile")
     return _sendfile_pool
 
 
-def _sendfile_blocking(
+def sendfile_blocking(
     sock_fd: int, fd: int, offset: int, count: int, stop: threading.Event
 ) -> int:
     """Send ``count`` bytes of ``fd`` from ``offset``; returns how many the file had.
@@ -206,12 +226,26 @@ async def get_manifest(request: web.Request) -> web.Response:
     )
 
 
-async def get_list(request: web.Request) -> web.Response:
+async def get_list(request: web.Request) -> web.StreamResponse:
     prefix = validate_prefix(request.match_info.get("prefix", ""))
     loop = asyncio.get_running_loop()
     infos = await loop.run_in_executor(None, request.app[BACKEND].list, prefix)
-    entries = [{"path": i.path, "size": i.size, "etag": i.etag} for i in infos]
-    return list_response(request.headers.get("Accept", ""), prefix, entries)
+    if isinstance(infos, list):
+        entries: list[dict[str, object]] = [_entry(i) for i in infos]
+        return list_response(request.headers.get("Accept", ""), prefix, entries)
+    # An iterator (an object store's pages): streamed, a batch per executor hop.
+    objects = iter(infos)
+
+    def next_batch() -> list[dict[str, object]]:
+        return [_entry(i) for i in itertools.islice(objects, LIST_BATCH)]
+
+    return await stream_list_response(
+        request, prefix, lambda: loop.run_in_executor(None, next_batch)
+    )
+
+
+def _entry(info: ObjectInfo) -> dict[str, object]:
+    return {"path": info.path, "size": info.size, "etag": info.etag}
 
 
 async def healthz(request: web.Request) -> web.Response:

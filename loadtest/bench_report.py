@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest.bench_figures import Ratios, Target, epoch_rows, ratios, second_rows
+from loadtest.bench_figures import (
+    Ratios,
+    Target,
+    cpu_s_per_gb,
+    epoch_rows,
+    ratios,
+    second_rows,
+)
 from loadtest.bench_settings import GiB, MiB, Settings
 from loadtest.dataset import SAMPLE_BYTES
 from loadtest.nginx import CACHE_VALID_S
@@ -71,9 +78,9 @@ def _warm(warm: dict[str, Any], warmed: dict[str, Any], r: Ratios, s: Settings) 
     add("")
     big, small = warm["4MiB"], warm["64KiB"]
     add(f"| server | 4 MiB × {s.big_conns} conns GB/s | p99 ms | 64 KiB × {s.small_conns} "
-        "conns req/s | p50 ms | p99 ms | server CPU cores (4M / 64K) | wrk cores (4M / 64K) "
-        "| other cores |")
-    add("|---|---|---|---|---|---|---|---|---|")
+        "conns req/s | p50 ms | p99 ms | server CPU cores (4M / 64K) | server CPU-s per GB "
+        "(4M / 64K) | wrk cores (4M / 64K) | other cores |")
+    add("|---|---|---|---|---|---|---|---|---|---|")
     names = {"hub direct": "hub direct (data local)", "spoke": "**spoke, warm**",
              "nginx cache": "nginx slice cache, warm",
              "nginx file": "nginx serving the file (client ceiling)"}
@@ -81,12 +88,15 @@ def _warm(warm: dict[str, Any], warmed: dict[str, Any], r: Ratios, s: Settings) 
         b, m = big[key], small[key]
         add(f"| {label} | {b['gb_s']:.2f} | {_ms(b['p99_ms'])} | {m['req_s']:,.0f} | "
             f"{_ms(m['p50_ms'])} | {_ms(m['p99_ms'])} | {b['server_cores']:.2f} / "
-            f"{m['server_cores']:.2f} | {b['wrk_cores']:.2f} / {m['wrk_cores']:.2f} | "
+            f"{m['server_cores']:.2f} | {cpu_s_per_gb(b):.2f} / {cpu_s_per_gb(m):.2f} | "
+            f"{b['wrk_cores']:.2f} / {m['wrk_cores']:.2f} | "
             f"{max(b['background_cores'], m['background_cores']):.2f} |")
     add("")
     add(f"Ratios: spoke ÷ nginx cache {r.big_vs_nginx:.2f} (4 MiB), {r.small_vs_nginx:.2f} "
         f"(64 KiB); spoke ÷ hub direct {r.big_vs_hub:.2f} / {r.small_vs_hub:.2f}; nginx cache ÷ "
         f"nginx file {r.nginx_cache_vs_file_big:.2f} / {r.nginx_cache_vs_file_small:.2f}.")
+    add(f"Hub direct ÷ nginx serving the same file: {r.hub_big_vs_file:.2f} (4 MiB), "
+        f"{r.hub_small_vs_file:.2f} (64 KiB).")
     add(f"Client check: the same wrk drives nginx serving the file to {r.ceiling_big_gb_s:.2f} "
         f"GB/s and {r.ceiling_small_req_s:,.0f} req/s; the spoke reached "
         f"{r.big_vs_ceiling:.0%} and {r.small_vs_ceiling:.0%} of that, with wrk's "

@@ -197,6 +197,8 @@ class FastConnection(Protocol):
 
     def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool: ...
 
+    def socket_copy(self) -> int | None: ...
+
     def abort(self) -> None: ...
 
 
@@ -347,6 +349,17 @@ class FastProtocol(asyncio.Protocol):
             if count:
                 await self._socket_writable()
         return True
+
+    def socket_copy(self) -> int | None:
+        """A duplicate of this connection's plain TCP socket (the caller closes it), for a
+        thread to send on while no answer is written here; None over TLS, or while bytes
+        wait in the transport's buffer (they must go first)."""
+        transport, sock_fd = self._transport, self._sock_fd
+        if transport is None:
+            raise ConnectionResetError("connection lost")
+        if sock_fd is None or transport.get_write_buffer_size():
+            return None
+        return os.dup(sock_fd)
 
     def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool:
         """``head``, then each (fd, offset, count) piece of a file, within this callback:

@@ -713,3 +713,101 @@ def test_dashboard_queries_only_metrics_the_servers_export(
             assert any("le" in (part.strip() for part in g.split(","))
                        for g in _GROUPING.findall(expr)), f"{title}: not aggregated by le"
     assert used >= REQUIRED_METRICS, f"not on the dashboard: {sorted(REQUIRED_METRICS - used)}"
+
+
+# --------------------------------------------------------------------------- object store profile
+
+OBJSTORE = ("objstore", "objstore-seed", "hub-s3")
+SEAWEED_CONFIG = ROOT / "deploy" / "seaweedfs" / "s3.json"
+
+
+def test_the_object_store_services_are_a_profile_of_their_own(
+    services: dict[str, dict[str, Any]]
+) -> None:
+    for name in OBJSTORE:
+        assert services[name].get("profiles") == ["objstore"], name
+    # The directory hub stays what a plain `up` starts.
+    for name in ("hub", "spoke", "dataset", "toxiproxy"):
+        assert "profiles" not in services[name], name
+    assert flag(command(services["hub"]), "--root") == "/data"
+
+
+def test_the_store_is_a_pinned_seaweedfs_with_the_repositorys_s3_identities(
+    services: dict[str, dict[str, Any]]
+) -> None:
+    store = services["objstore"]
+    repo, _, tag = store["image"].rpartition(":")
+    assert repo == "chrislusf/seaweedfs" and re.fullmatch(r"\d+\.\d+", tag), store["image"]
+    cmd = command(store)
+    assert cmd[0] == "server" and "-s3" in cmd and "-s3.port=8333" in cmd
+    config_in_container = next(p.split("=", 1)[1] for p in cmd if p.startswith("-s3.config="))
+    assert volume_mounts(store)[config_in_container] == "./deploy/seaweedfs/s3.json"
+    assert published(store) == {8333: 8333}
+    assert all(str(p).startswith("127.0.0.1:") for p in store["ports"])  # loopback only
+    identities = json.loads(SEAWEED_CONFIG.read_text())["identities"]
+    keys = {(c["accessKey"], c["secretKey"]) for i in identities for c in i["credentials"]}
+    for name in ("objstore-seed", "hub-s3"):
+        env = services[name]["environment"]
+        assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) in keys, name
+
+
+def test_the_s3_hub_serves_the_seeded_bucket_after_the_seed(
+    services: dict[str, dict[str, Any]]
+) -> None:
+    seed, hub = services["objstore-seed"], services["hub-s3"]
+    assert uses_our_image(seed) and uses_our_image(hub)
+    assert condition(seed, "dataset") == "service_completed_successfully"
+    assert condition(hub, "objstore-seed") == "service_completed_successfully"
+    cmd = command(hub)
+    bucket = flag(command(seed), "--bucket")
+    assert flag(cmd, "--root") == f"s3://{bucket}/"
+    assert flag(cmd, "--s3-endpoint") == flag(command(seed), "--endpoint") == "http://objstore:8333"
+    # The index lives on a volume, below the directory the image gives the hub's user.
+    assert flag(cmd, "--index-dir").startswith("/cache/")
+    assert volume_mounts(hub)["/cache"] == "hub-index"
+    assert published(hub) == {8710: HUB_PORT}
+
+
+def _with(cmd: list[str], name: str, value: str) -> list[str]:
+    i = cmd.index(name)
+    return [*cmd[:i + 1], value, *cmd[i + 2:]]
+
+
+def test_the_profiles_seed_and_hub_commands_work_against_a_real_store(
+    services: dict[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two commands as compose runs them, against rclone serve s3 in place of
+    SeaweedFS: the seed uploads a directory, the hub then serves it byte-exact."""
+    from loadtest.s3_stores import start_rclone_s3
+
+    source = tmp_path / "data" / "dataset"
+    source.mkdir(parents=True)
+    shard = bytes(range(256)) * 1000
+    (source / "shard-00000.bin").write_bytes(shard)
+    (tmp_path / "store").mkdir()
+    store = start_rclone_s3(str(tmp_path / "store"), log_dir=str(tmp_path))
+    try:
+        env = {"AWS_ACCESS_KEY_ID": store.access_key, "AWS_SECRET_ACCESS_KEY": store.secret_key,
+               "AWS_REGION": store.region, "PATH": "/usr/bin:/bin"}
+        seed = _with(_with(command(services["objstore-seed"]), "--from", str(tmp_path / "data")),
+                     "--endpoint", store.url)
+        assert seed[:2] == ["python", "-m"]
+        done = subprocess.run([sys.executable, *seed[1:]], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        hub_cmd = _with(_with(command(services["hub-s3"]), "--s3-endpoint", store.url),
+                        "--index-dir", str(tmp_path / "index"))
+        hub_cmd = _with(_with(hub_cmd, "--host", "127.0.0.1"), "--port", "0")
+        assert hub_cmd[:4] == ["python", "-m", "hub", "serve"]
+        for name, value in env.items():
+            if name != "PATH":
+                monkeypatch.setenv(name, value)  # start_process passes its environment on
+        hub = start_process("hub", hub_cmd[4:], log_dir=str(tmp_path))
+        try:
+            with urllib.request.urlopen(f"{hub.url}/objects/dataset/shard-00000.bin",
+                                        timeout=30) as reply:
+                assert reply.read() == shard
+        finally:
+            hub.stop()
+    finally:
+        store.stop()

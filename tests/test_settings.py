@@ -80,7 +80,8 @@ def test_help_lists_the_flags_in_the_order_the_config_reads() -> None:
         "--root", "--host", "--port", "--chunk-size", "--digest-alg", "--log-level",
         "--log-format", "--access-log", "--auth-secret-file", "--auth-previous-secret-file",
         "--metrics-auth", "--tls-cert", "--tls-key", "--max-inflight-per-client",
-        "--max-connections-per-client", "--header-timeout", "--keepalive-timeout"]
+        "--max-connections-per-client", "--header-timeout", "--keepalive-timeout",
+        "--s3-endpoint", "--s3-timeout", "--index-dir"]
 
 
 def test_the_shared_settings_are_the_same_declarations_on_hub_and_spoke() -> None:

@@ -170,13 +170,15 @@ class AsyncClient:
             await session.close()
 
     async def read(
-        self, path: str, offset: int = 0, length: int = -1, *, etag: str | None = None
+        self, path: str, offset: int = 0, length: int = -1, *, etag: str | None = None,
+        plan: str | None = None,
     ) -> bytes:
         """Bytes ``[offset, offset + length)`` of ``path``, like ``pread``.
 
         ``length=-1`` reads to the end. Past the end of the object the answer is short
         or empty, never an error. With ``etag`` the read is of that version only:
-        :class:`VersionChanged` if the object is now another one.
+        :class:`VersionChanged` if the object is now another one. ``plan`` names the
+        read plan this read follows, in place of :meth:`use_plan`'s.
         """
         path = _checked_path(path)
         if offset < 0:
@@ -189,6 +191,8 @@ class AsyncClient:
             headers["Range"] = f"bytes={offset}-{last}"
         if etag is not None:
             headers["If-Match"] = etag
+        if plan is not None:
+            headers[PLAN_HEADER] = plan
 
         async def body(response: aiohttp.ClientResponse) -> bytes:
             return await _range_body(response, path, offset, length, etag)
@@ -196,7 +200,8 @@ class AsyncClient:
         return await self._send("GET", self._object_url(path), path, headers, body)
 
     async def read_many(
-        self, path: str, ranges: Sequence[tuple[int, int]], *, etag: str | None = None
+        self, path: str, ranges: Sequence[tuple[int, int]], *, etag: str | None = None,
+        plan: str | None = None,
     ) -> list[bytes]:
         """:meth:`read` for each ``(offset, length)`` in ``ranges``, in few round trips.
 
@@ -213,7 +218,7 @@ class AsyncClient:
         # return_exceptions: let every batch finish before raising, so none is left
         # running against a session the caller may be about to close.
         results = await asyncio.gather(
-            *(self._read_batch(path, b, etag) for b in batches), return_exceptions=True
+            *(self._read_batch(path, b, etag, plan) for b in batches), return_exceptions=True
         )
         out: list[bytes] = []
         for result in results:
@@ -222,16 +227,36 @@ class AsyncClient:
             out.extend(result)
         return out
 
+    async def read_objects(
+        self, wanted: Sequence[tuple[str, Sequence[tuple[int, int]], str | None, str | None]],
+    ) -> list[list[bytes]]:
+        """:meth:`read_many` of each ``(path, ranges, etag, plan)``, all at once: a batch
+        of samples from many shards costs one round trip, not one per shard."""
+        results = await asyncio.gather(
+            *(self.read_many(path, ranges, etag=etag, plan=plan)
+              for path, ranges, etag, plan in wanted),
+            return_exceptions=True,  # as read_many: every read ends before one raises
+        )
+        out: list[list[bytes]] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            out.append(result)
+        return out
+
     async def _read_batch(
-        self, path: str, ranges: Sequence[tuple[int, int]], etag: str | None
+        self, path: str, ranges: Sequence[tuple[int, int]], etag: str | None, plan: str | None
     ) -> list[bytes]:
         wanted = [(offset, length) for offset, length in ranges if length > 0]
         if len(wanted) <= 1:
-            return [await self.read(path, offset, length, etag=etag) for offset, length in ranges]
+            return [await self.read(path, offset, length, etag=etag, plan=plan)
+                    for offset, length in ranges]
         headers = dict(_BASE_HEADERS)
         headers["Range"] = "bytes=" + ",".join(f"{o}-{o + n - 1}" for o, n in wanted)
         if etag is not None:
             headers["If-Match"] = etag
+        if plan is not None:
+            headers[PLAN_HEADER] = plan
 
         async def parts(response: aiohttp.ClientResponse) -> list[tuple[ByteRange, bytes]]:
             return await _multi_range_parts(response, path, etag)
@@ -292,21 +317,39 @@ class AsyncClient:
             self._session_pid = os.getpid()
         return self._session
 
-    async def create_plan(self, reads: Sequence[tuple[str, int, int]]) -> str:
+    async def create_plan(
+        self, reads: Sequence[tuple[str, int, int]], *, job: str | None = None
+    ) -> str:
         """Tell the spoke the ``(path, offset, length)`` reads to come, in order.
 
         Returns the plan id; :meth:`use_plan` then marks this client's reads as
         following it, so the spoke fetches ahead of them and evicts by the plan.
+        With ``job``, every caller naming the same job gets the same plan (the ranks
+        of one training job): the first one makes it.
         """
-        body = msgpack.packb({"reads": [list(r) for r in reads]}, use_bin_type=True)
+        request: dict[str, object] = {"reads": [list(r) for r in reads]}
+        if job is not None:
+            request["job"] = job
+        body = msgpack.packb(request, use_bin_type=True)
         headers = {**_BASE_HEADERS, "Content-Type": "application/msgpack"}
 
         async def created(response: aiohttp.ClientResponse) -> str:
-            await _raise_unless(response, (201,), "plans")
+            await _raise_unless(response, (200, 201), "plans")
             return str((await response.json())["id"])
 
         return await self._send("POST", URL(f"{self.endpoint}/plans"), "plans", headers,
                                 created, data=body)
+
+    async def delete_plan(self, plan_id: str) -> bool:
+        """Drop plan ``plan_id`` from the spoke; False if it was not there (any more)."""
+        async def deleted(response: aiohttp.ClientResponse) -> bool:
+            if response.status == 404:
+                return False
+            await _raise_unless(response, (200,), "plans")
+            return True
+
+        url = URL(f"{self.endpoint}/plans/{quote(plan_id, safe='')}", encoded=True)
+        return await self._send("DELETE", url, "plans", dict(_BASE_HEADERS), deleted)
 
     def use_plan(self, plan_id: str | None) -> None:
         """Send ``X-Hubspoke-Plan: plan_id`` with every read from now on (None: stop)."""
@@ -326,7 +369,7 @@ class AsyncClient:
     ) -> T:
         """Send a request and return ``handle(response)``; retry 503/504 and lost
         connections within the retry budget, then raise :class:`Unavailable`."""
-        headers = {**headers, **self._extra_headers}
+        headers = {**self._extra_headers, **headers}  # a read's own plan wins over use_plan's
         waited = 0.0
         attempt = 0
         while True:
@@ -665,23 +708,39 @@ class Client:
             finalizer()
 
     def read(
-        self, path: str, offset: int = 0, length: int = -1, *, etag: str | None = None
+        self, path: str, offset: int = 0, length: int = -1, *, etag: str | None = None,
+        plan: str | None = None,
     ) -> bytes:
         """See :meth:`AsyncClient.read`."""
         runtime = self._runtime_now()
-        return runtime.run(runtime.client.read(path, offset, length, etag=etag))
+        return runtime.run(runtime.client.read(path, offset, length, etag=etag, plan=plan))
 
     def read_many(
-        self, path: str, ranges: Sequence[tuple[int, int]], *, etag: str | None = None
+        self, path: str, ranges: Sequence[tuple[int, int]], *, etag: str | None = None,
+        plan: str | None = None,
     ) -> list[bytes]:
         """See :meth:`AsyncClient.read_many`."""
         runtime = self._runtime_now()
-        return runtime.run(runtime.client.read_many(path, ranges, etag=etag))
+        return runtime.run(runtime.client.read_many(path, ranges, etag=etag, plan=plan))
 
-    def create_plan(self, reads: Sequence[tuple[str, int, int]]) -> str:
+    def read_objects(
+        self, wanted: Sequence[tuple[str, Sequence[tuple[int, int]], str | None, str | None]],
+    ) -> list[list[bytes]]:
+        """See :meth:`AsyncClient.read_objects`."""
+        runtime = self._runtime_now()
+        return runtime.run(runtime.client.read_objects(wanted))
+
+    def create_plan(
+        self, reads: Sequence[tuple[str, int, int]], *, job: str | None = None
+    ) -> str:
         """See :meth:`AsyncClient.create_plan`."""
         runtime = self._runtime_now()
-        return runtime.run(runtime.client.create_plan(reads))
+        return runtime.run(runtime.client.create_plan(reads, job=job))
+
+    def delete_plan(self, plan_id: str) -> bool:
+        """See :meth:`AsyncClient.delete_plan`."""
+        runtime = self._runtime_now()
+        return runtime.run(runtime.client.delete_plan(plan_id))
 
     def use_plan(self, plan_id: str | None) -> None:
         """See :meth:`AsyncClient.use_plan`; applies in every process using this client."""

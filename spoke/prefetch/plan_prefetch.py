@@ -35,16 +35,20 @@ class PlanPrefetcher:
         self.concurrency = concurrency
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    async def create(self, reads: Iterable[PlannedRead], tenant: str = "") -> ReadPlan:
-        """Book ``tenant``'s plan of ``reads`` and start prefetching for it."""
+    async def create(self, reads: Iterable[PlannedRead], tenant: str = "",
+                     plan_id: str | None = None) -> ReadPlan:
+        """Book ``tenant``'s plan of ``reads`` and start prefetching for it; with
+        ``plan_id``, a plan already booked under it is returned instead."""
         reads = list(reads)
-        manifests: dict[str, Manifest] = {}
-        for read in reads:
-            if read.path not in manifests:
-                manifests[read.path] = (await self.cache.manifest(read.path))[0]
+        paths = list(dict.fromkeys(read.path for read in reads))
+        # All at once: over a WAN, one round trip per shard in turn held up the job's
+        # first reads by as many round trips as it has shards.
+        got = await asyncio.gather(*(self.cache.manifest(path) for path in paths))
+        manifests: dict[str, Manifest] = {path: m[0] for path, m in zip(paths, got, strict=True)}
         moved = asyncio.Event()
-        plan = self.book.add(reads, manifests, tenant, on_move=moved.set)
-        self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan, moved))
+        plan = self.book.add(reads, manifests, tenant, on_move=moved.set, plan_id=plan_id)
+        if plan.id not in self._tasks:  # a job's other rank may have booked it meanwhile
+            self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan, moved))
         return plan
 
     async def delete(self, plan_id: str, tenant: str = "") -> None:

@@ -176,10 +176,15 @@ class PlanBook:
 
     def add(
         self, reads: Iterable[PlannedRead], manifests: Mapping[str, Manifest], tenant: str = "",
-        on_move: Callable[[], None] = lambda: None,
+        on_move: Callable[[], None] = lambda: None, plan_id: str | None = None,
     ) -> ReadPlan:
         """Book ``tenant``'s plan of ``reads``, each read against its object's manifest
-        in ``manifests``; ``on_move`` is told whenever the plan's cursor moves on."""
+        in ``manifests``; ``on_move`` is told whenever the plan's cursor moves on.
+
+        ``plan_id`` names the plan (a job's, shared by its ranks); a plan already
+        booked under that name is returned as it is."""
+        if plan_id is not None and plan_id in self._plans:
+            return self._plans[plan_id]
         planned: list[tuple[int, int]] = []
         touched: list[list[int]] = []
         names: dict[str, int] = {}
@@ -198,8 +203,8 @@ class PlanBook:
                 where.setdefault(name, (manifest, s.index))
             planned.append((object_id, read.offset))
             touched.append(chunks)
-        plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant,
-                        on_move)
+        plan = ReadPlan(plan_id or secrets.token_hex(8), planned, touched, list(names), where,
+                        tenant, on_move)
         self._plans[plan.id] = plan
         return plan
 

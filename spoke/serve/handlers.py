@@ -15,6 +15,7 @@ from protocol.auth import allows
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
 from protocol.paths import validate_path, validate_prefix
+from protocol.plan_request import job_plan_id, parse_job
 from protocol.ranges import ByteRange
 from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
@@ -179,8 +180,11 @@ async def cancel_warm(request: web.Request) -> web.Response:
 
 
 async def create_plan(request: web.Request) -> web.Response:
-    """``POST /plans``: ``{"reads": [[path, offset, length], ...]}`` in JSON or msgpack."""
+    """``POST /plans``: ``{"reads": [[path, offset, length], ...], "job": name}`` in JSON
+    or msgpack (``job`` optional: see :mod:`protocol.plan_request`). A job's plan that
+    exists already is answered ``200`` as it is."""
     body = await _json_object(request)
+    job = parse_job(body.get("job"))
     reads = body.get("reads")
     if not isinstance(reads, list) or not reads:
         raise BadRequestBody('"reads" must be a non-empty list of [path, offset, length]')
@@ -188,7 +192,12 @@ async def create_plan(request: web.Request) -> web.Response:
         raise BadRequestBody(f"a plan holds at most {MAX_PLAN_READS} reads")
     planned = [_planned_read(r) for r in reads]
     check_paths(request, {p.path for p in planned})  # a tenant plans only what it may read
-    plan = await request.app[PLANS].create(planned, _tenant(request))
+    tenant = _tenant(request)
+    plan_id = None if job is None else job_plan_id(tenant, job)
+    if plan_id is not None and any(p.id == plan_id for p in request.app[PLAN_BOOK].plans(tenant)):
+        return web.json_response(_plan_view(request.app[PLAN_BOOK].get(plan_id, tenant)),
+                                 headers={"Location": f"/plans/{plan_id}"})
+    plan = await request.app[PLANS].create(planned, tenant, plan_id)
     return web.json_response(_plan_view(plan), status=201,
                              headers={"Location": f"/plans/{plan.id}"})
 

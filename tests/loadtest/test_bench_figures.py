@@ -110,6 +110,8 @@ def test_evaluate_judges_each_target() -> None:
     assert verdicts == {
         "Warm 4 MiB ranges ×16: spoke ÷ nginx cache": "PASS",  # 1.5 ≥ 0.9
         "Warm 64 KiB ranges ×64: spoke ÷ nginx cache req/s": "PASS",  # 0.9 ≥ 0.5
+        "Warm 4 MiB ranges ×16: hub direct ÷ nginx serving the file": "FAIL",  # 0.8 < 0.9
+        "Warm 64 KiB ranges ×64: hub direct ÷ nginx serving the file req/s": "FAIL",  # 0.3
         "Warm 64 KiB ranges ×64: spoke p99": "PASS",  # 4 ms < 5
         "Batched 32 × 64 KiB per request: spoke ÷ nginx cache's best samples/s": "PASS",
         "Cold sequential shard streaming through 60 ms: spoke ÷ nginx cache": "PASS",  # 3 ≥ 3
@@ -133,6 +135,9 @@ def test_render_lays_the_figures_out() -> None:
     assert "Ratios: spoke ÷ nginx cache 1.50 (4 MiB), 0.90 (64 KiB); spoke ÷ hub direct " \
            "0.75 / 3.00; nginx cache ÷ nginx file 0.40 / 1.00." in text
     assert "so the client may be part of the limit." in text
+    assert "Hub direct ÷ nginx serving the same file: 0.80 (4 MiB), 0.30 (64 KiB)." in text
+    hub_row = next(ln for ln in text.splitlines() if ln.startswith("| hub direct (data local) |"))
+    assert "| 1.00 / 1.00 | 0.25 / inf |" in hub_row  # cores; CPU-s per GB (1 core ÷ 4 GB/s)
     assert "spoke ÷ bare link 2.00 / 2.00." in text
     assert "| 2 | 200 | 400 | 100.0 |" in text
     assert "Batching on the spoke: 3.00 × its one-request-per-sample samples/s." in text
