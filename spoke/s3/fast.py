@@ -238,5 +238,8 @@ class AmzConnection:
     def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool:
         return self._conn.send_now(head, pieces)
 
+    def socket_copy(self) -> int | None:
+        return self._conn.socket_copy()
+
     def abort(self) -> None:
         self._conn.abort()
