@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-LISTENING = re.compile(r"listening on (https?://\S+)")
+# The main listening line starts its line; other sites' ("s3 listening on ...") follow it.
+LISTENING = re.compile(r"^listening on (https?://\S+)", re.MULTILINE)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -36,6 +37,20 @@ class Process:
         """What the server wrote on stderr so far."""
         with open(self.log_path, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
+
+    def site_url(self, name: str, timeout_s: float = 10) -> str:
+        """The URL of the server's other site ``name`` (its ``{name} listening on URL``
+        line, printed right after the main one: waited for up to ``timeout_s``)."""
+        line = re.compile(rf"^{re.escape(name)} listening on (https?://\S+)", re.MULTILINE)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                match = line.search(f.read())
+            if match:
+                return match.group(1)
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"no {name!r} listening line in {self.log_path}")
+            time.sleep(0.05)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10) -> int:
         """Send ``sig``, wait (SIGKILL after ``timeout_s``), return the exit code."""

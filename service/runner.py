@@ -14,8 +14,9 @@ import resource
 import signal
 import ssl
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -61,19 +62,39 @@ async def start_site(
 Companion = Callable[[web.AppRunner, int], AbstractAsyncContextManager[None]]
 
 
+@dataclass(frozen=True, slots=True)
+class ExtraSite:
+    """Another application served by the same process on a port of its own (the
+    spoke's S3 front end), announced as ``{name} listening on URL``."""
+
+    name: str
+    app: web.Application
+    port: int
+
+
 async def serve_forever(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
-    companion: Companion | None = None,
+    companion: Companion | None = None, extra_sites: Sequence[ExtraSite] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. With a ``companion``, the port is shared
-    (SO_REUSEPORT) and the listening line waits until the companion has started."""
+    (SO_REUSEPORT) and the listening line waits until the companion has started.
+    ``extra_sites`` start after the main one (whose app they may share state with)
+    and each prints its own line after the main ``listening on`` one."""
     runner, bound = await start_site(app, host, port, ssl_context, reuse_port=companion is not None)
     try:
         async with contextlib.AsyncExitStack() as stack:
             if companion is not None:
                 await stack.enter_async_context(companion(runner, bound))
+            extra = []
+            for site in extra_sites:
+                extra_runner, extra_port = await start_site(site.app, host, site.port, ssl_context)
+                stack.push_async_callback(extra_runner.cleanup)
+                extra.append((site.name, extra_port))
             scheme = "https" if ssl_context is not None else "http"
             print(f"listening on {scheme}://{host}:{bound}", file=sys.stderr, flush=True)
+            for name, extra_port in extra:
+                print(f"{name} listening on {scheme}://{host}:{extra_port}", file=sys.stderr,
+                      flush=True)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,13 +9,14 @@ import sys
 from service.cli import apply_logging_flags, environ
 from service.logs import setup_logging
 from service.memory import fix_malloc_thresholds
-from service.runner import run, serve_forever
+from service.runner import ExtraSite, run, serve_forever
 from service.tls import server_context_for
 from spoke.app import make_app
 from spoke.cache.scrub import open_index, scrub
 from spoke.cache.store import ChunkStore
 from spoke.client.warm_cli import run_warm
 from spoke.config import config_from_args, parse_args
+from spoke.s3.app import make_s3_app
 from spoke.serve import handlers
 from spoke.workers import cpus
 from spoke.workers.pool import readers_companion
@@ -65,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             handlers.CACHE, handlers.READ_LATENCY,
             cpus=None if placement is None else placement[1:],
         )
-    run(lambda: serve_forever(app, config.host, config.port, tls, companion))
+    # The S3 front end serves from this process only (reader workers share the main port).
+    extra = [] if config.s3_port is None else [
+        ExtraSite("s3", make_s3_app(app, config.s3_domain), config.s3_port)
+    ]
+    run(lambda: serve_forever(app, config.host, config.port, tls, companion, extra))
     return 0
 
 

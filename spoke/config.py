@@ -163,9 +163,36 @@ class _HubAccess:
         help="PEM CA bundle to verify an https:// hub with (default: the system CAs)")
 
 
+def _port(text: str) -> int:
+    """argparse ``type=`` for a port number (0: a free one)."""
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text}")
+    return port
+
+
+_port.__name__ = "port"
+
+
+@settings
+class _S3Front:
+    """The S3 API beside /objects (spoke.s3)."""
+
+    s3_port: int | None = setting(
+        "--s3-port", default=None, parse=_port,
+        help="also serve the S3 API on this port (0 picks a free one; off by default)")
+    s3_domain: str | None = setting(
+        "--s3-domain", default=None,
+        help="serve virtual-hosted buckets: a Host of BUCKET.DOMAIN names BUCKET")
+    s3_credentials: str | None = setting(
+        "--s3-credentials", default=None,
+        help="file of S3 keys, one 'ACCESS_KEY_ID SECRET PREFIX[,PREFIX...]' a line; "
+             "then SigV4 is required (without it S3 reads are anonymous)")
+
+
 @settings
 class SpokeConfig(_Store, ListenSettings, _Cache, LoggingSettings, AuthSettings, _HubAccess,
-                  TlsSettings, LimitSettings):
+                  TlsSettings, LimitSettings, _S3Front):
     """``python -m spoke serve``'s settings, its flags in this order."""
 
     workers: int = setting(
@@ -218,6 +245,10 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     if args.command == "serve" and args.workers > 1 and args.tls_cert:
         parser.error("--workers above 1 needs plain HTTP: a TLS session cannot move "
                      "between processes")
+    if (args.command == "serve" and args.s3_port is not None and args.auth_secret_file
+            and not args.s3_credentials):
+        parser.error("--s3-port with --auth-secret-file needs --s3-credentials: anonymous "
+                     "S3 reads would bypass the tokens /objects requires")
     if (args.command == "serve" and args.cpu_affinity != "off"
             and not hasattr(os, "sched_setaffinity")):
         parser.error("--cpu-affinity needs an OS that binds threads to CPUs (Linux)")

@@ -1,0 +1,78 @@
+"""make_s3_app(spoke_app): the S3 API, a second front end over the spoke's objects.
+
+One aiohttp application on its own port, sharing everything of the spoke's app (its
+cache, reads, plans, read-ahead, warm jobs, limits): it reaches them through
+:data:`SPOKE`, so a chunk read through S3 is a hit through ``/objects`` and back.
+It serves in the spoke's own process (with ``--workers``, the owner's).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from protocol.s3 import requests as s3
+from protocol.s3.errors import InvalidArgument
+from service import limits, logs
+from spoke.s3 import listing, objects
+from spoke.s3.errors import AMZ_REQUEST_ID, s3_error_middleware
+
+logger = logging.getLogger(__name__)
+
+SPOKE = web.AppKey("spoke_app", web.Application)
+DOMAIN = web.AppKey("s3_domain", str)
+
+
+def make_s3_app(spoke: web.Application, domain: str | None = None) -> web.Application:
+    """The S3 front end of ``spoke`` (a :func:`spoke.app.make_app` application);
+    ``domain``: virtual-hosted buckets are ``{bucket}.{domain}``."""
+    app = web.Application(middlewares=[s3_error_middleware])
+    logs.install(app)
+    limit = spoke.get(limits.LIMIT)
+    if limit is not None:
+        app.middlewares.insert(1, limits.middleware(limit))
+    if limits.KEEPALIVE in spoke:
+        app[limits.KEEPALIVE] = spoke[limits.KEEPALIVE]
+    if limits.CONNECTIONS in spoke:
+        app[limits.CONNECTIONS] = spoke[limits.CONNECTIONS]
+    app[SPOKE] = spoke
+    app[DOMAIN] = domain or ""
+    app.on_response_prepare.append(_add_amz_request_id)
+    app.router.add_route("*", "/{tail:.*}", dispatch)
+    return app
+
+
+async def _add_amz_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    rid = request.get(logs.REQUEST_ID_KEY)
+    if rid is not None:
+        response.headers[AMZ_REQUEST_ID] = rid
+
+
+def _raw_target(request: web.Request) -> tuple[str, str]:
+    """The request target's path and query, both still percent-encoded."""
+    path, _, query = request.raw_path.partition("?")
+    return path, query
+
+
+async def dispatch(request: web.Request) -> web.StreamResponse:
+    spoke = request.app[SPOKE]
+    raw_path, raw_query = _raw_target(request)
+    params = s3.parse_query(raw_query)
+    host_bucket = s3.bucket_from_host(request.host, request.app[DOMAIN] or None)
+    where = s3.target(raw_path, host_bucket)
+    op = s3.operation(request.method, where, params)
+    if request.method == "GET" and (request.content_length or request.body_exists):
+        raise InvalidArgument("a GET carries no body")
+    if op is s3.Operation.GET_OBJECT or op is s3.Operation.HEAD_OBJECT:
+        return await objects.get_object(request, spoke, where.path, params)
+    if op is s3.Operation.LIST_BUCKETS:
+        return await listing.list_buckets(spoke)
+    assert where.bucket is not None
+    if op is s3.Operation.HEAD_BUCKET:
+        return await listing.head_bucket(spoke, where.bucket)
+    if op is s3.Operation.GET_BUCKET_LOCATION:
+        return await listing.bucket_location(spoke, where.bucket)
+    v2 = op is s3.Operation.LIST_OBJECTS_V2
+    return await listing.list_objects(spoke, where.bucket, s3.list_params(params, v2))
+

@@ -1,0 +1,74 @@
+"""Bucket operations over the hub's listing (what the spoke's ``/list`` relays).
+
+The hub lists every object under a path prefix; S3's pages, delimiters and markers
+are cut from that here (:func:`protocol.s3.requests.list_page`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from protocol.s3 import xml
+from protocol.s3.errors import NoSuchBucket
+from protocol.s3.requests import Entry, ListParams, buckets, list_page
+from service.listing import MSGPACK
+from spoke.serve import handlers
+from spoke.upstream.errors import BadGateway
+
+REGION = "us-east-1"
+REGION_HEADER = "x-amz-bucket-region"
+
+
+async def hub_listing(main: web.Application, prefix: str) -> list[dict[str, Any]]:
+    """The hub's entries under object path ``prefix`` (``path``, ``size``, ``etag``)."""
+    body, content_type = await main[handlers.CACHE].hub.fetch_list(prefix, MSGPACK)
+    try:
+        doc = msgpack.unpackb(body, raw=False) if content_type == MSGPACK else None
+    except Exception:  # msgpack raises many types for bad input
+        doc = None
+    objects = doc.get("objects") if isinstance(doc, dict) else None
+    if not isinstance(objects, list):
+        raise BadGateway("the hub's listing is not a msgpack map of objects")
+    return [o for o in objects if isinstance(o, dict) and isinstance(o.get("path"), str)]
+
+
+async def bucket_exists(main: web.Application, bucket: str) -> bool:
+    return bool(await hub_listing(main, f"{bucket}/"))
+
+
+def _xml(body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=body, content_type=xml.XML_TYPE, charset="utf-8",
+                        headers=headers or {})
+
+
+async def list_objects(main: web.Application, bucket: str, params: ListParams) -> web.Response:
+    base = f"{bucket}/"
+    found = await hub_listing(main, base + params.prefix)
+    if not found and not await bucket_exists(main, bucket):
+        raise NoSuchBucket(f"no bucket {bucket!r}")
+    entries = (
+        Entry(o["path"][len(base):], int(o.get("size", 0)), str(o.get("etag", "")))
+        for o in found if o["path"].startswith(base)
+    )
+    page = list_page(entries, params)
+    return _xml(xml.list_bucket_result(bucket, params, page))
+
+
+async def list_buckets(main: web.Application) -> web.Response:
+    found = await hub_listing(main, "")
+    return _xml(xml.list_all_my_buckets(buckets([o["path"] for o in found])))
+
+
+async def head_bucket(main: web.Application, bucket: str) -> web.Response:
+    if not await bucket_exists(main, bucket):
+        raise NoSuchBucket(f"no bucket {bucket!r}")
+    return web.Response(headers={REGION_HEADER: REGION})
+
+
+async def bucket_location(main: web.Application, bucket: str) -> web.Response:
+    if not await bucket_exists(main, bucket):
+        raise NoSuchBucket(f"no bucket {bucket!r}")
+    return _xml(xml.location_constraint(REGION))
