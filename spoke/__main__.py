@@ -16,6 +16,7 @@ from spoke.cache.scrub import open_index, scrub
 from spoke.cache.store import ChunkStore
 from spoke.client.warm_cli import run_warm
 from spoke.config import config_from_args, parse_args
+from spoke.s3.access import load_keys
 from spoke.s3.app import make_s3_app
 from spoke.serve import handlers
 from spoke.workers import cpus
@@ -67,9 +68,16 @@ def main(argv: list[str] | None = None) -> int:
             cpus=None if placement is None else placement[1:],
         )
     # The S3 front end serves from this process only (reader workers share the main port).
-    extra = [] if config.s3_port is None else [
-        ExtraSite("s3", make_s3_app(app, config.s3_domain), config.s3_port)
-    ]
+    extra: list[ExtraSite] = []
+    if config.s3_port is not None:
+        keys = None
+        if config.s3_credentials:
+            try:
+                keys = load_keys(config.s3_credentials)
+            except (OSError, ValueError) as exc:
+                print(f"spoke: --s3-credentials: {exc}", file=sys.stderr)
+                return 2
+        extra.append(ExtraSite("s3", make_s3_app(app, config.s3_domain, keys), config.s3_port))
     run(lambda: serve_forever(app, config.host, config.port, tls, companion, extra))
     return 0
 

@@ -27,6 +27,7 @@ from spoke.prefetch.plan_prefetch import PlanPrefetcher
 from spoke.prefetch.plans import PlanBook
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
+from spoke.s3.stats import S3_STATS, S3Stats
 from spoke.serve import handlers
 from spoke.serve.fast import FastObjectReads
 from spoke.serve.objects import ObjectReads
@@ -63,6 +64,7 @@ def make_app(config: SpokeConfig, clock: Clock = SYSTEM_CLOCK) -> web.Applicatio
     fast: FastHandler = FastObjectReads(app, handlers.READS)
     app[FAST] = fast
     app[handlers.READ_LATENCY] = read_latency_histograms()
+    app[S3_STATS] = S3Stats()  # the S3 front end's, if it serves (spoke.s3)
     if config.workers > 1:
         readers = ReaderPool()  # started once the port is known (spoke.__main__)
         app[READERS] = app[handlers.READER_WORKERS] = readers
@@ -132,7 +134,7 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     app[handlers.REGISTRY] = make_registry(
         [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke"),
          *limits.app_series(app, "spoke"),
-         *front.app_series(app, "spoke")]
+         *front.app_series(app, "spoke"), *app[S3_STATS].series()]
     )
     scrubbing = None
     if config.scrub_rate_bytes_s:

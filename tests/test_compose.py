@@ -212,6 +212,13 @@ def test_spoke_reaches_the_hub_through_toxiproxy(
     assert int(flag(cmd, "--port")) == SPOKE_PORT
 
 
+def test_spoke_serves_s3_on_its_own_port(services: dict[str, dict[str, Any]]) -> None:
+    spoke = services["spoke"]
+    s3_port = int(flag(command(spoke), "--s3-port"))
+    assert s3_port != SPOKE_PORT
+    assert published(spoke).get(s3_port) == s3_port
+
+
 def test_spoke_cache_on_a_named_volume(
     compose: dict[str, Any], services: dict[str, dict[str, Any]]
 ) -> None:

@@ -123,7 +123,10 @@ def target(raw_path: str, host_bucket: str | None) -> Target:
             if slash:
                 raise InvalidBucketName("empty bucket name")
             return Target(None, None)
-        bucket = check_bucket(_decode(raw_bucket))
+        try:
+            bucket = check_bucket(_decode(raw_bucket))
+        except BadPath as exc:
+            raise InvalidBucketName(f"not a bucket name: {exc}") from None
     else:
         bucket, raw_key, slash = check_bucket(host_bucket), rest, "/"
     if not slash or not raw_key:

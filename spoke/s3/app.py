@@ -1,7 +1,7 @@
 """make_s3_app(spoke_app): the S3 API, a second front end over the spoke's objects.
 
 One aiohttp application on its own port, sharing everything of the spoke's app (its
-cache, reads, plans, read-ahead, warm jobs, limits): it reaches them through
+cache, reads, plans, read-ahead, warm jobs, limits, metrics): it reaches them through
 :data:`SPOKE`, so a chunk read through S3 is a hit through ``/objects`` and back.
 It serves in the spoke's own process (with ``--workers``, the owner's).
 """
@@ -9,24 +9,34 @@ It serves in the spoke's own process (with ``--workers``, the owner's).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from protocol.s3 import requests as s3
+from protocol.s3.credentials import S3Key
 from protocol.s3.errors import InvalidArgument
+from protocol.s3.requests import Operation
 from service import limits, logs
 from spoke.s3 import listing, objects
-from spoke.s3.errors import AMZ_REQUEST_ID, s3_error_middleware
+from spoke.s3.access import S3Access, check_object
+from spoke.s3.errors import AMZ_REQUEST_ID, ERRORS, s3_error_middleware
+from spoke.s3.stats import S3_STATS
 
 logger = logging.getLogger(__name__)
 
 SPOKE = web.AppKey("spoke_app", web.Application)
 DOMAIN = web.AppKey("s3_domain", str)
+ACCESS = web.AppKey("s3_access", S3Access)
 
 
-def make_s3_app(spoke: web.Application, domain: str | None = None) -> web.Application:
-    """The S3 front end of ``spoke`` (a :func:`spoke.app.make_app` application);
-    ``domain``: virtual-hosted buckets are ``{bucket}.{domain}``."""
+def make_s3_app(
+    spoke: web.Application, domain: str | None = None,
+    keys: Mapping[str, S3Key] | None = None, access: S3Access | None = None,
+) -> web.Application:
+    """The S3 front end of ``spoke`` (a :func:`spoke.app.make_app` application).
+    ``domain``: virtual-hosted buckets are ``{bucket}.{domain}``; ``keys``: SigV4 is
+    required, with these keys (``access``: the same with a clock of one's own)."""
     app = web.Application(middlewares=[s3_error_middleware])
     logs.install(app)
     limit = spoke.get(limits.LIMIT)
@@ -38,6 +48,8 @@ def make_s3_app(spoke: web.Application, domain: str | None = None) -> web.Applic
         app[limits.CONNECTIONS] = spoke[limits.CONNECTIONS]
     app[SPOKE] = spoke
     app[DOMAIN] = domain or ""
+    app[ACCESS] = access if access is not None else S3Access(keys)
+    app[ERRORS] = spoke[S3_STATS].errors
     app.on_response_prepare.append(_add_amz_request_id)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
@@ -62,17 +74,21 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     host_bucket = s3.bucket_from_host(request.host, request.app[DOMAIN] or None)
     where = s3.target(raw_path, host_bucket)
     op = s3.operation(request.method, where, params)
+    spoke[S3_STATS].requests[op.value] += 1
     if request.method == "GET" and (request.content_length or request.body_exists):
         raise InvalidArgument("a GET carries no body")
-    if op is s3.Operation.GET_OBJECT or op is s3.Operation.HEAD_OBJECT:
+    key = request.app[ACCESS].caller(request.method, raw_path, raw_query,
+                                     request.headers.items())
+    if op is Operation.GET_OBJECT or op is Operation.HEAD_OBJECT:
+        check_object(key, where.path)  # before any byte, cached or not
         return await objects.get_object(request, spoke, where.path, params)
-    if op is s3.Operation.LIST_BUCKETS:
-        return await listing.list_buckets(spoke)
+    if op is Operation.LIST_BUCKETS:
+        return await listing.list_buckets(spoke, key)
     assert where.bucket is not None
-    if op is s3.Operation.HEAD_BUCKET:
-        return await listing.head_bucket(spoke, where.bucket)
-    if op is s3.Operation.GET_BUCKET_LOCATION:
-        return await listing.bucket_location(spoke, where.bucket)
-    v2 = op is s3.Operation.LIST_OBJECTS_V2
-    return await listing.list_objects(spoke, where.bucket, s3.list_params(params, v2))
+    if op is Operation.HEAD_BUCKET:
+        return await listing.head_bucket(spoke, where.bucket, key)
+    if op is Operation.GET_BUCKET_LOCATION:
+        return await listing.bucket_location(spoke, where.bucket, key)
+    v2 = op is Operation.LIST_OBJECTS_V2
+    return await listing.list_objects(spoke, where.bucket, s3.list_params(params, v2), key)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -18,6 +19,7 @@ from protocol.conditional import PreconditionFailed
 from protocol.errors import BadPath, ProtocolError, RangeNotSatisfiable
 from protocol.s3 import xml
 from protocol.s3.errors import S3Error
+from protocol.s3.sigv4 import S3AuthError
 from service.logs import REQUEST_ID_KEY, RateLimitedLog
 from service.problem import PROBLEM_JSON, Handler, error_headers
 from spoke.upstream.errors import GoneAtHub, HubError, ObjectChanging, StaleVersion
@@ -25,11 +27,13 @@ from spoke.upstream.errors import GoneAtHub, HubError, ObjectChanging, StaleVers
 logger = logging.getLogger(__name__)
 _unexpected = RateLimitedLog(logger)
 AMZ_REQUEST_ID = "x-amz-request-id"
+# The spoke's count of error answers by code (spoke.s3.stats), set by make_s3_app.
+ERRORS = web.AppKey("s3_errors", Counter[str])
 
 
 def s3_code(exc: ProtocolError) -> tuple[int, str]:
     """The status and S3 error code ``exc`` is answered with."""
-    if isinstance(exc, S3Error):
+    if isinstance(exc, S3Error | S3AuthError):
         return exc.status_hint, exc.code
     if isinstance(exc, RangeNotSatisfiable):
         return 416, "InvalidRange"
@@ -59,6 +63,9 @@ def error_response(
 ) -> web.Response:
     """S3's XML error document for ``request``."""
     rid = request.get(REQUEST_ID_KEY, "-")
+    errors = request.app.get(ERRORS)
+    if errors is not None:
+        errors[code] += 1
     body = xml.error(code, message, request.path, rid)
     out = dict(headers or {})
     if status == 503:

@@ -12,9 +12,11 @@ import msgpack
 from aiohttp import web
 
 from protocol.s3 import xml
-from protocol.s3.errors import NoSuchBucket
+from protocol.s3.credentials import S3Key
+from protocol.s3.errors import AccessDenied, NoSuchBucket
 from protocol.s3.requests import Entry, ListParams, buckets, list_page
 from service.listing import MSGPACK
+from spoke.s3.access import check_listing, sees_bucket
 from spoke.serve import handlers
 from spoke.upstream.errors import BadGateway
 
@@ -44,31 +46,44 @@ def _xml(body: bytes, headers: dict[str, str] | None = None) -> web.Response:
                         headers=headers or {})
 
 
-async def list_objects(main: web.Application, bucket: str, params: ListParams) -> web.Response:
+def _check_bucket(key: S3Key | None, bucket: str) -> None:
+    if not sees_bucket(key, bucket):
+        raise AccessDenied(f"the key's prefixes do not reach into bucket {bucket!r}")
+
+
+async def list_objects(
+    main: web.Application, bucket: str, params: ListParams, key: S3Key | None
+) -> web.Response:
     base = f"{bucket}/"
+    check_listing(key, base + params.prefix)
     found = await hub_listing(main, base + params.prefix)
     if not found and not await bucket_exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     entries = (
         Entry(o["path"][len(base):], int(o.get("size", 0)), str(o.get("etag", "")))
-        for o in found if o["path"].startswith(base)
+        for o in found if o["path"].startswith(base) and (key is None or key.allows(o["path"]))
     )
     page = list_page(entries, params)
     return _xml(xml.list_bucket_result(bucket, params, page))
 
 
-async def list_buckets(main: web.Application) -> web.Response:
+async def list_buckets(main: web.Application, key: S3Key | None) -> web.Response:
     found = await hub_listing(main, "")
-    return _xml(xml.list_all_my_buckets(buckets([o["path"] for o in found])))
+    names = [b for b in buckets([o["path"] for o in found]) if sees_bucket(key, b)]
+    return _xml(xml.list_all_my_buckets(names))
 
 
-async def head_bucket(main: web.Application, bucket: str) -> web.Response:
+async def head_bucket(main: web.Application, bucket: str, key: S3Key | None) -> web.Response:
+    _check_bucket(key, bucket)
     if not await bucket_exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     return web.Response(headers={REGION_HEADER: REGION})
 
 
-async def bucket_location(main: web.Application, bucket: str) -> web.Response:
+async def bucket_location(
+    main: web.Application, bucket: str, key: S3Key | None
+) -> web.Response:
+    _check_bucket(key, bucket)
     if not await bucket_exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     return _xml(xml.location_constraint(REGION))

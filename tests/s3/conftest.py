@@ -13,6 +13,7 @@ from botocore import UNSIGNED
 from botocore.config import Config
 
 from service.runner import start_site
+from spoke.s3.access import S3Access
 from spoke.s3.app import make_s3_app
 from tests.conftest import SpokeFactory
 from tests.support.servers import RunningServer
@@ -32,11 +33,11 @@ class S3Front:
 
 
 def s3_client(url: str, *, signed: bool = True, virtual: bool = False, key: str = "anything",
-              secret: str = "anything", **config: Any) -> Any:
-    extra: dict[str, Any] = {"signature_version": UNSIGNED} if not signed else {}
+              secret: str = "anything", verify: str | None = None, **config: Any) -> Any:
+    extra: dict[str, Any] = {"signature_version": UNSIGNED if not signed else "s3v4"}
     return boto3.session.Session().client(
         "s3", endpoint_url=url, region_name="us-east-1",
-        aws_access_key_id=key, aws_secret_access_key=secret,
+        aws_access_key_id=key, aws_secret_access_key=secret, verify=verify,
         config=Config(s3={"addressing_style": "virtual" if virtual else "path"},
                       retries={"max_attempts": 1, "mode": "standard"}, **extra, **config),
     )
@@ -49,9 +50,11 @@ FrontFactory = Callable[..., Awaitable[S3Front]]
 async def make_front(make_spoke: SpokeFactory) -> AsyncIterator[FrontFactory]:
     runners: list[web.AppRunner] = []
 
-    async def make(domain: str | None = None, **overrides: object) -> S3Front:
+    async def make(domain: str | None = None, access: S3Access | None = None,
+                   **overrides: object) -> S3Front:
         spoke = await make_spoke(**overrides)
-        runner, port = await start_site(make_s3_app(spoke.app, domain), "127.0.0.1", 0)
+        runner, port = await start_site(make_s3_app(spoke.app, domain, access=access),
+                                        "127.0.0.1", 0)
         runners.append(runner)
         return S3Front(f"http://127.0.0.1:{port}", spoke, runner)
 

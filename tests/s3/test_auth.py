@@ -1,0 +1,116 @@
+"""Anonymous reads without keys; SigV4 and key scopes with them (--s3-credentials)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from botocore.exceptions import ClientError
+
+from protocol.s3.credentials import parse_credentials
+from spoke.s3.access import S3Access, utc_now
+from tests.s3.conftest import FrontFactory, S3Front, get_object
+from tests.support.waits import settled_stats
+
+Dataset = tuple[Path, dict[str, bytes]]
+ALL_SECRET = "all-secret-0123456789abcdef"
+DS_SECRET = "ds-secret-0123456789abcdef"
+KEYS = parse_credentials(f"ALLKEY {ALL_SECRET} ''\nDSKEY {DS_SECRET} ds/exact.bin,ds/small.bin\n")
+
+
+async def _error(call: Any, **kwargs: Any) -> tuple[int, str]:
+    with pytest.raises(ClientError) as raised:
+        await asyncio.to_thread(call, **kwargs)
+    response = raised.value.response
+    return response["ResponseMetadata"]["HTTPStatusCode"], response["Error"]["Code"]
+
+
+@pytest.fixture
+async def keyed(make_front: FrontFactory) -> S3Front:
+    return await make_front(access=S3Access(KEYS))
+
+
+async def test_anonymous_mode_takes_signed_and_unsigned(front: S3Front, dataset: Dataset) -> None:
+    for client in (front.client(), front.client(signed=False),
+                   front.client(key="whoever", secret="wrong")):
+        _, body = await get_object(client, Bucket="ds", Key="small.bin")
+        assert body == dataset[1]["ds/small.bin"]
+
+
+async def test_keys_require_a_valid_signature(keyed: S3Front, dataset: Dataset) -> None:
+    good = keyed.client(key="ALLKEY", secret=ALL_SECRET)
+    _, body = await get_object(good, Bucket="ds", Key="partial.bin", Range="bytes=5-500")
+    assert body == dataset[1]["ds/partial.bin"][5:501]
+    assert await _error(keyed.client(signed=False).get_object, Bucket="ds",
+                        Key="small.bin") == (403, "AccessDenied")
+    assert await _error(keyed.client(key="ALLKEY", secret="not-the-secret").get_object,
+                        Bucket="ds", Key="small.bin") == (403, "SignatureDoesNotMatch")
+    assert await _error(keyed.client(key="NOKEY", secret=ALL_SECRET).get_object,
+                        Bucket="ds", Key="small.bin") == (403, "InvalidAccessKeyId")
+    listed = await asyncio.to_thread(good.list_objects_v2, Bucket="ds")
+    assert listed["KeyCount"] == 6
+
+
+async def test_skewed_clock_is_refused(make_front: FrontFactory) -> None:
+    late = S3Access(KEYS, now=lambda: utc_now() + datetime.timedelta(minutes=16))
+    front = await make_front(access=late)
+    assert await _error(front.client(key="ALLKEY", secret=ALL_SECRET).get_object,
+                        Bucket="ds", Key="small.bin") == (403, "RequestTimeTooSkewed")
+
+
+async def test_scope_holds_even_for_cached_chunks(
+    keyed: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    # Cached through /objects first: the key's scope still refuses it.
+    async with http.get(f"{keyed.spoke.url}/objects/ds/partial.bin") as r:
+        assert await r.read() == dataset[1]["ds/partial.bin"]
+    await settled_stats(http, keyed.spoke.url)
+    scoped = keyed.client(key="DSKEY", secret=DS_SECRET)
+    assert await _error(scoped.get_object, Bucket="ds", Key="partial.bin") == (403,
+                                                                               "AccessDenied")
+    assert await _error(scoped.head_object, Bucket="ds", Key="partial.bin") == (403, "403")
+    assert await _error(scoped.get_object, Bucket="other", Key="notes.csv") == (403,
+                                                                               "AccessDenied")
+    _, body = await get_object(scoped, Bucket="ds", Key="small.bin")
+    assert body == dataset[1]["ds/small.bin"]
+    # Listings: only within the scope, and filtered to it.
+    assert await _error(scoped.list_objects_v2, Bucket="other") == (403, "AccessDenied")
+    listed = await asyncio.to_thread(scoped.list_objects_v2, Bucket="ds", Prefix="exact.bin")
+    assert [o["Key"] for o in listed["Contents"]] == ["exact.bin"]
+    assert await _error(scoped.list_objects_v2, Bucket="ds") == (403, "AccessDenied")
+    buckets = await asyncio.to_thread(scoped.list_buckets)
+    assert [b["Name"] for b in buckets["Buckets"]] == ["ds"]
+
+
+async def test_presigned_urls(
+    keyed: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    client = keyed.client(key="ALLKEY", secret=ALL_SECRET)
+    url = client.generate_presigned_url("get_object", Params={"Bucket": "ds", "Key": "big.bin"},
+                                        ExpiresIn=600)
+    async with http.get(url, headers={"Range": "bytes=0-99"}) as r:
+        assert r.status == 206
+        assert await r.read() == dataset[1]["ds/big.bin"][:100]
+    async with http.get(url.replace("X-Amz-Signature=", "X-Amz-Signature=0")) as r:
+        assert r.status in (400, 403)
+        assert "<Code>" in await r.text()
+
+
+async def test_presigned_urls_expire(
+    make_front: FrontFactory, http: aiohttp.ClientSession
+) -> None:
+    later = S3Access(KEYS, now=lambda: utc_now() + datetime.timedelta(seconds=700))
+    front = await make_front(access=later)
+    client = front.client(key="ALLKEY", secret=ALL_SECRET)
+    for expires, status in ((600, 403), (3600, 200)):
+        url = client.generate_presigned_url(
+            "get_object", Params={"Bucket": "ds", "Key": "small.bin"}, ExpiresIn=expires)
+        async with http.get(url) as r:
+            text = await r.text(errors="replace")
+            assert r.status == status, text
+            if status == 403:
+                assert "<Code>AccessDenied</Code>" in text

@@ -1,0 +1,205 @@
+"""GetObject and HeadObject through the spoke's S3 front end, with boto3 as the client."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.conftest import CHUNK
+from tests.s3.conftest import S3Front, get_object
+from tests.support.waits import settled_stats, wait_for_stats
+
+Dataset = tuple[Path, dict[str, bytes]]
+
+
+def _code(exc: ClientError) -> tuple[int, str]:
+    return exc.response["ResponseMetadata"]["HTTPStatusCode"], exc.response["Error"]["Code"]
+
+
+async def _fails(call: Any, **kwargs: Any) -> tuple[int, str]:
+    with pytest.raises(ClientError) as raised:
+        await asyncio.to_thread(call, **kwargs)
+    return _code(raised.value)
+
+
+async def test_whole_and_ranged_gets_are_byte_exact(front: S3Front, dataset: Dataset) -> None:
+    _, contents = dataset
+    client = front.client()
+    for path in ("ds/empty.bin", "ds/one-byte.bin", "ds/partial.bin", "ds/big.bin",
+                 "other/notes.csv"):
+        bucket, key = path.split("/", 1)
+        answer, body = await get_object(client, Bucket=bucket, Key=key)
+        assert body == contents[path], path
+        assert answer["ContentLength"] == len(contents[path])
+    data = contents["ds/big.bin"]
+    for header, want in [("bytes=100-70000", data[100:70001]), ("bytes=-10", data[-10:]),
+                         (f"bytes={len(data) - 5}-", data[-5:]),
+                         ("bytes=0-99999999", data)]:
+        answer, body = await get_object(client, Bucket="ds", Key="big.bin", Range=header)
+        assert body == want, header
+        assert answer["ResponseMetadata"]["HTTPStatusCode"] == 206
+        assert answer["ContentRange"].endswith(f"/{len(data)}")
+
+
+async def test_headers_match_objects_and_carry_no_checksum(
+    front: S3Front, http: aiohttp.ClientSession
+) -> None:
+    async with http.get(f"{front.spoke.url}/objects/ds/partial.bin",
+                        headers={"Range": "bytes=10-20"}) as r:
+        objects = r.headers
+    async with http.get(f"{front.url}/ds/partial.bin", headers={"Range": "bytes=10-20"}) as r:
+        assert r.status == 206
+        await r.read()
+        s3 = r.headers
+    for name in ("ETag", "Last-Modified", "Content-Range", "Content-Length", "Accept-Ranges"):
+        assert s3[name] == objects[name], name
+    assert s3["ETag"].startswith('"') and s3["ETag"].endswith('"')
+    assert not [h for h in s3 if h.lower().startswith("x-amz-checksum")]
+    assert s3["x-amz-request-id"]
+
+
+async def test_multiple_ranges_get_the_whole_object(front: S3Front, dataset: Dataset) -> None:
+    _, contents = dataset
+    answer, body = await get_object(front.client(), Bucket="ds", Key="small.bin",
+                                    Range="bytes=0-1,5-6")
+    assert answer["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert body == contents["ds/small.bin"]
+
+
+async def test_conditionals(front: S3Front) -> None:
+    client = front.client()
+    head = await asyncio.to_thread(client.head_object, Bucket="ds", Key="small.bin")
+    etag, modified = head["ETag"], head["LastModified"]
+    answer, _ = await get_object(client, Bucket="ds", Key="small.bin", IfMatch=etag)
+    assert answer["ETag"] == etag
+    assert await _fails(client.get_object, Bucket="ds", Key="small.bin",
+                        IfMatch='"other"') == (412, "PreconditionFailed")
+    assert await _fails(client.get_object, Bucket="ds", Key="small.bin",
+                        IfNoneMatch=etag) == (304, "304")
+    assert await _fails(client.get_object, Bucket="ds", Key="small.bin",
+                        IfModifiedSince=modified) == (304, "304")
+    before = modified - datetime.timedelta(days=1)
+    assert await _fails(client.get_object, Bucket="ds", Key="small.bin",
+                        IfUnmodifiedSince=before) == (412, "PreconditionFailed")
+    answer, _ = await get_object(client, Bucket="ds", Key="small.bin", IfModifiedSince=before)
+    assert answer["ResponseMetadata"]["HTTPStatusCode"] == 200
+
+
+async def test_unsatisfiable_range_is_invalid_range_with_the_size(
+    front: S3Front, http: aiohttp.ClientSession
+) -> None:
+    assert await _fails(front.client().get_object, Bucket="ds", Key="small.bin",
+                        Range="bytes=5000-6000") == (416, "InvalidRange")
+    async with http.get(f"{front.url}/ds/small.bin", headers={"Range": "bytes=5000-"}) as r:
+        assert r.status == 416
+        assert r.headers["Content-Range"] == "bytes */1000"
+        assert r.content_type == "application/xml"
+        assert "<Code>InvalidRange</Code>" in await r.text()
+
+
+async def test_response_overrides(front: S3Front) -> None:
+    answer, _ = await get_object(
+        front.client(), Bucket="ds", Key="small.bin", ResponseContentType="text/x-test",
+        ResponseContentDisposition='attachment; filename="s.bin"',
+        ResponseCacheControl="no-cache",
+    )
+    assert answer["ContentType"] == "text/x-test"
+    assert answer["ContentDisposition"] == 'attachment; filename="s.bin"'
+    assert answer["CacheControl"] == "no-cache"
+
+
+async def test_head_object_and_its_range(front: S3Front, dataset: Dataset) -> None:
+    _, contents = dataset
+    client = front.client()
+    head = await asyncio.to_thread(client.head_object, Bucket="ds", Key="partial.bin")
+    assert head["ContentLength"] == len(contents["ds/partial.bin"])
+    assert head["AcceptRanges"] == "bytes"
+    head = await asyncio.to_thread(client.head_object, Bucket="ds", Key="partial.bin",
+                                   Range="bytes=10-19")
+    assert head["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert head["ContentLength"] == 10
+    assert head["ContentRange"] == f"bytes 10-19/{len(contents['ds/partial.bin'])}"
+    assert await _fails(client.head_object, Bucket="ds", Key="missing.bin") == (404, "404")
+
+
+async def test_head_of_the_first_byte_warms_the_whole_object(
+    front: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    _, contents = dataset
+    size = len(contents["ds/big.bin"])
+    head = await asyncio.to_thread(front.client().head_object, Bucket="ds", Key="big.bin",
+                                   Range="bytes=0-0")
+    assert head["ResponseMetadata"]["HTTPStatusCode"] == 206
+    chunks = -(-size // CHUNK)
+    await wait_for_stats(http, front.spoke.url,
+                         lambda doc: doc["hub_fetches"] >= chunks and doc["chunks_storing"] == 0
+                         and doc["hub_fetches_in_flight"] == 0, timeout_s=30)
+    async with http.get(f"{front.spoke.url}/objects/ds/big.bin") as r:
+        assert await r.read() == contents["ds/big.bin"]
+        assert r.headers["X-Cache"] == "HIT"
+
+
+async def test_one_cache_for_both_fronts(
+    front: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    _, contents = dataset
+    client = front.client()
+    answer, body = await get_object(client, Bucket="ds", Key="partial.bin")
+    assert body == contents["ds/partial.bin"]
+    await settled_stats(http, front.spoke.url)
+    async with http.get(f"{front.spoke.url}/objects/ds/partial.bin") as r:
+        assert r.headers["X-Cache"] == "HIT"
+        assert await r.read() == contents["ds/partial.bin"]
+    async with http.get(f"{front.spoke.url}/objects/ds/exact.bin") as r:
+        assert r.headers["X-Cache"] == "MISS"
+        await r.read()
+    await settled_stats(http, front.spoke.url)
+    before = (await settled_stats(http, front.spoke.url))["hub_fetches"]
+    answer, body = await get_object(client, Bucket="ds", Key="exact.bin")
+    assert body == contents["ds/exact.bin"]
+    assert answer["ResponseMetadata"]["HTTPHeaders"]["x-cache"] == "HIT"
+    assert (await settled_stats(http, front.spoke.url))["hub_fetches"] == before
+
+
+async def test_missing_object_is_no_such_key_in_xml(
+    front: S3Front, http: aiohttp.ClientSession
+) -> None:
+    assert await _fails(front.client().get_object, Bucket="ds",
+                        Key="nope.bin") == (404, "NoSuchKey")
+    async with http.get(f"{front.url}/ds/nope.bin") as r:
+        text = await r.text()
+        assert r.status == 404 and r.content_type == "application/xml"
+        assert f"<RequestId>{r.headers['x-amz-request-id']}</RequestId>" in text
+        assert "<Resource>/ds/nope.bin</Resource>" in text
+
+
+async def test_hub_unreachable_is_503_with_retry_after(
+    make_front: Any, http: aiohttp.ClientSession
+) -> None:
+    front = await make_front(hub_url="http://127.0.0.1:9", fetch_attempts=1,
+                             connect_timeout_s=1.0, fetch_deadline_s=2.0)
+    async with http.get(f"{front.url}/ds/small.bin") as r:
+        text = await r.text()
+        assert r.status == 503, text
+        assert r.headers["Retry-After"]
+        assert "<Code>ServiceUnavailable</Code>" in text
+    status, code = await _fails(front.client().list_objects_v2, Bucket="ds")
+    assert (status, code) == (503, "ServiceUnavailable")
+
+
+async def test_metrics_count_s3_operations(
+    front: S3Front, http: aiohttp.ClientSession
+) -> None:
+    await get_object(front.client(), Bucket="ds", Key="small.bin")
+    with pytest.raises(ClientError):
+        await get_object(front.client(), Bucket="ds", Key="nope.bin")
+    async with http.get(f"{front.spoke.url}/metrics") as r:
+        text = await r.text()
+    assert 'spoke_s3_requests_total{operation="GetObject"} 2.0' in text
+    assert 'spoke_s3_errors_total{code="NoSuchKey"} 1.0' in text
