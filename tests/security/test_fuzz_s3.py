@@ -33,6 +33,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from service.runner import start_site
+from spoke.s3.access import load_keys
 from spoke.s3.app import make_s3_app
 from tests.conftest import SpokeFactory
 from tests.security.test_fuzz import (
@@ -54,7 +55,7 @@ __all__ = ["server_errors"]  # a fixture, used by name
 Dataset = tuple[Path, dict[str, bytes]]
 
 ACCESS_KEY = "AKIDFUZZ"
-SECRET_KEY = "fuzz-secret-key"
+SECRET_KEY = "fuzz-secret-key-of-the-s3-front"
 REGION = "us-east-1"
 MUTATED_PER_FRONT = 600
 SEED = 20261201
@@ -84,15 +85,15 @@ class Front:
 async def front(request: pytest.FixtureRequest, dataset: Dataset, make_spoke: SpokeFactory,
                 tmp_path: Path) -> AsyncIterator[Front]:
     root, files = dataset
-    overrides: dict[str, object] = {}
+    keys = None
     if request.param == "sigv4":
         creds = tmp_path / "s3-credentials"
         creds.write_text(f"{ACCESS_KEY} {SECRET_KEY} ''\n")
         creds.chmod(0o600)
-        overrides["s3_credentials"] = str(creds)
-    spoke = await make_spoke(**overrides)
+        keys = load_keys(str(creds))
+    spoke = await make_spoke()
     plant_hostile_files(root)
-    runner, port = await start_site(make_s3_app(spoke.app), HOST, 0)
+    runner, port = await start_site(make_s3_app(spoke.app, None, keys), HOST, 0)
     try:
         yield Front(request.param, spoke, port, files, root)
     finally:
