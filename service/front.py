@@ -41,6 +41,11 @@ from service.problem import problem_response
 logger = logging.getLogger(__name__)
 
 
+# The answer to a refused request (status, title, detail): problem+json unless the
+# server speaks another dialect (the spoke's S3 front end answers S3's XML).
+Renderer = Callable[[int, str, str], web.Response]
+
+
 @dataclass
 class FrontStats:
     """What the front door turned away, for ``/metrics``; and its rate-limited log."""
@@ -48,6 +53,7 @@ class FrontStats:
     refused: int = 0
     hangups: int = 0
     log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(logger))
+    render: Renderer = problem_response
 
     def series(self, prefix: str) -> list[Series]:
         return [
@@ -167,7 +173,7 @@ class FrontRequestHandler(RequestHandler):
                                 request.remote, status, title, detail)
         else:
             logger.error("unhandled error answering %s", request.remote, exc_info=exc)
-        response = problem_response(status, title, detail)
+        response = self._front.render(status, title, detail)
         response.force_close()
         return response
 

@@ -132,7 +132,9 @@ def target(raw_path: str, host_bucket: str | None) -> Target:
     if not slash or not raw_key:
         return Target(bucket, None)
     key = _decode(raw_key)
-    validate_path(key)
+    # A key ending in "/" (a "folder" clients probe for) names no object, but is no
+    # bad input either: the caller answers NoSuchKey.
+    validate_path(key[:-1] if key.endswith("/") and len(key) > 1 else key)
     return Target(bucket, key)
 
 

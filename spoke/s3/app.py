@@ -15,13 +15,17 @@ from aiohttp import web
 
 from protocol.s3 import requests as s3
 from protocol.s3.credentials import S3Key
-from protocol.s3.errors import InvalidArgument
+from protocol.s3.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from protocol.s3.requests import Operation
-from service import limits, logs
+from service import front, limits, logs
+from service.fast import FAST, FastHandler
 from spoke.s3 import listing, objects
 from spoke.s3.access import S3Access, check_object
-from spoke.s3.errors import AMZ_REQUEST_ID, ERRORS, s3_error_middleware
+from spoke.s3.errors import AMZ_REQUEST_ID, ERRORS, refusal_response, s3_error_middleware
+from spoke.s3.fast import S3FastReads
 from spoke.s3.stats import S3_STATS
+from spoke.serve import handlers
+from spoke.upstream.errors import GoneAtHub
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +43,8 @@ def make_s3_app(
     required, with these keys (``access``: the same with a clock of one's own)."""
     app = web.Application(middlewares=[s3_error_middleware])
     logs.install(app)
+    front.install(app)
+    app[front.FRONT].render = refusal_response
     limit = spoke.get(limits.LIMIT)
     if limit is not None:
         app.middlewares.insert(1, limits.middleware(limit))
@@ -50,6 +56,10 @@ def make_s3_app(
     app[DOMAIN] = domain or ""
     app[ACCESS] = access if access is not None else S3Access(keys)
     app[ERRORS] = spoke[S3_STATS].errors
+    app[listing.BUCKETS] = listing.KnownBuckets(
+        max(listing.BUCKET_TTL_S, spoke[handlers.CONFIG].meta_ttl_s))
+    fast: FastHandler = S3FastReads(spoke, app[ACCESS], domain, app[listing.BUCKETS])
+    app[FAST] = fast
     app.on_response_prepare.append(_add_amz_request_id)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
@@ -79,16 +89,25 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
         raise InvalidArgument("a GET carries no body")
     key = request.app[ACCESS].caller(request.method, raw_path, raw_query,
                                      request.headers.items())
+    known = request.app[listing.BUCKETS]
     if op is Operation.GET_OBJECT or op is Operation.HEAD_OBJECT:
         check_object(key, where.path)  # before any byte, cached or not
-        return await objects.get_object(request, spoke, where.path, params)
+        if where.path.endswith("/"):
+            raise NoSuchKey(f"no object {where.path!r}")
+        try:
+            return await objects.get_object(request, spoke, where.path, params)
+        except GoneAtHub:
+            if where.bucket is not None and not await known.exists(spoke, where.bucket):
+                raise NoSuchBucket(f"no bucket {where.bucket!r}") from None
+            raise
     if op is Operation.LIST_BUCKETS:
         return await listing.list_buckets(spoke, key)
     assert where.bucket is not None
     if op is Operation.HEAD_BUCKET:
-        return await listing.head_bucket(spoke, where.bucket, key)
+        return await listing.head_bucket(spoke, known, where.bucket, key)
     if op is Operation.GET_BUCKET_LOCATION:
-        return await listing.bucket_location(spoke, where.bucket, key)
+        return await listing.bucket_location(spoke, known, where.bucket, key)
     v2 = op is Operation.LIST_OBJECTS_V2
-    return await listing.list_objects(spoke, where.bucket, s3.list_params(params, v2), key)
+    return await listing.list_objects(spoke, known, where.bucket, s3.list_params(params, v2),
+                                      key)
 

@@ -17,10 +17,11 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from protocol.conditional import PreconditionFailed
 from protocol.errors import BadPath, ProtocolError, RangeNotSatisfiable
+from protocol.headers import REQUEST_ID_HEADER
 from protocol.s3 import xml
 from protocol.s3.errors import S3Error
 from protocol.s3.sigv4 import S3AuthError
-from service.logs import REQUEST_ID_KEY, RateLimitedLog
+from service.logs import REQUEST_ID_KEY, RateLimitedLog, new_request_id
 from service.problem import PROBLEM_JSON, Handler, error_headers
 from spoke.upstream.errors import GoneAtHub, HubError, ObjectChanging, StaleVersion
 
@@ -97,6 +98,19 @@ async def s3_error_middleware(request: web.Request, handler: Handler) -> web.Str
     if response.status >= 400 and response.content_type == PROBLEM_JSON:
         return _translated(request, response)
     return response
+
+
+_REFUSAL_CODES = {400: "InvalidRequest", 405: "MethodNotAllowed", 501: "NotImplemented",
+                  505: "HttpVersionNotSupported"}
+
+
+def refusal_response(status: int, title: str, detail: str) -> web.Response:
+    """S3's XML for a request the front door refused before routing (garbage, an unknown
+    method, another HTTP version): :data:`service.front.Renderer`."""
+    rid = new_request_id()
+    body = xml.error(_REFUSAL_CODES.get(status, "InvalidRequest"), detail, "", rid)
+    return web.Response(status=status, body=body, content_type=xml.XML_TYPE, charset="utf-8",
+                        headers={AMZ_REQUEST_ID: rid, REQUEST_ID_HEADER: rid})
 
 
 def _http_error(request: web.Request, status: int, reason: str) -> web.Response:

@@ -6,6 +6,8 @@ are cut from that here (:func:`protocol.s3.requests.list_page`).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -21,6 +23,9 @@ from spoke.serve import handlers
 from spoke.upstream.errors import BadGateway
 
 REGION = "us-east-1"
+# How long a bucket's existence is taken as known: it only decides whether a 404 says
+# NoSuchBucket or NoSuchKey, and buckets come and go far more rarely than objects.
+BUCKET_TTL_S = 300.0
 REGION_HEADER = "x-amz-bucket-region"
 
 
@@ -37,8 +42,38 @@ async def hub_listing(main: web.Application, prefix: str) -> list[dict[str, Any]
     return [o for o in objects if isinstance(o, dict) and isinstance(o.get("path"), str)]
 
 
-async def bucket_exists(main: web.Application, bucket: str) -> bool:
-    return bool(await hub_listing(main, f"{bucket}/"))
+class KnownBuckets:
+    """Whether a bucket exists, as the hub's listing said at most ``ttl_s`` ago: a 404
+    tells NoSuchBucket from NoSuchKey, and a flood of them lists each bucket once."""
+
+    MAX_REMEMBERED = 1024
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._seen: dict[str, tuple[float, bool]] = {}
+
+    def known(self, bucket: str) -> bool:
+        """Whether ``bucket`` was seen to exist, ``ttl_s`` ago at most."""
+        known = self._seen.get(bucket)
+        return known is not None and known[1] and known[0] > self._clock()
+
+    async def exists(self, main: web.Application, bucket: str) -> bool:
+        known = self._seen.get(bucket)
+        if known is not None and known[0] > self._clock():
+            return known[1]
+        found = bool(await hub_listing(main, f"{bucket}/"))
+        self.saw(bucket, found)
+        return found
+
+    def saw(self, bucket: str, exists: bool = True) -> None:
+        """A listing showed whether ``bucket`` exists."""
+        if len(self._seen) >= self.MAX_REMEMBERED:
+            self._seen.clear()
+        self._seen[bucket] = (self._clock() + self.ttl_s, exists)
+
+
+BUCKETS = web.AppKey("s3_buckets", KnownBuckets)
 
 
 def _xml(body: bytes, headers: dict[str, str] | None = None) -> web.Response:
@@ -52,12 +87,15 @@ def _check_bucket(key: S3Key | None, bucket: str) -> None:
 
 
 async def list_objects(
-    main: web.Application, bucket: str, params: ListParams, key: S3Key | None
+    main: web.Application, known: KnownBuckets, bucket: str, params: ListParams,
+    key: S3Key | None,
 ) -> web.Response:
     base = f"{bucket}/"
     check_listing(key, base + params.prefix)
     found = await hub_listing(main, base + params.prefix)
-    if not found and not await bucket_exists(main, bucket):
+    if found:
+        known.saw(bucket)
+    elif not await known.exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     entries = (
         Entry(o["path"][len(base):], int(o.get("size", 0)), str(o.get("etag", "")))
@@ -73,17 +111,19 @@ async def list_buckets(main: web.Application, key: S3Key | None) -> web.Response
     return _xml(xml.list_all_my_buckets(names))
 
 
-async def head_bucket(main: web.Application, bucket: str, key: S3Key | None) -> web.Response:
+async def head_bucket(
+    main: web.Application, known: KnownBuckets, bucket: str, key: S3Key | None
+) -> web.Response:
     _check_bucket(key, bucket)
-    if not await bucket_exists(main, bucket):
+    if not await known.exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     return web.Response(headers={REGION_HEADER: REGION})
 
 
 async def bucket_location(
-    main: web.Application, bucket: str, key: S3Key | None
+    main: web.Application, known: KnownBuckets, bucket: str, key: S3Key | None
 ) -> web.Response:
     _check_bucket(key, bucket)
-    if not await bucket_exists(main, bucket):
+    if not await known.exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     return _xml(xml.location_constraint(REGION))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -42,14 +42,21 @@ from spoke.upstream.errors import StaleVersion
 
 logger = logging.getLogger(__name__)
 
+# Writes the answer to a request that failed with an error, before any of its head.
+ProblemWriter = Callable[[FastConnection, RequestHead, ProtocolError], Reply]
 
 
 class FastObjectReads:
     """The spoke app's :data:`service.fast.FastHandler`."""
 
-    def __init__(self, app: web.Application, reads_key: web.AppKey[ObjectReads]) -> None:
+    def __init__(
+        self, app: web.Application, reads_key: web.AppKey[ObjectReads],
+        problem: ProblemWriter | None = None,
+    ) -> None:
         self.app = app
         self.reads_key = reads_key
+        # How an error is answered: problem+json; the S3 front end's own in its XML.
+        self._problem: ProblemWriter = problem or _problem
         self._plain = PlainReads()
         self._hits: _CacheHits | None = None
 
@@ -83,7 +90,7 @@ class FastObjectReads:
                 prepared = reads.prepare(head.method, head.headers, path, manifest, False, tenant)
                 reply = _answer_now(reads, hits, conn, head, prepared, manifest)
             except ProtocolError as exc:
-                reply = _problem(conn, head, exc)
+                reply = self._problem(conn, head, exc)
             if reply is not None:
                 if limit is not None:
                     limit.release(conn.client)
@@ -115,7 +122,7 @@ class FastObjectReads:
                 reads.cache.invalidate(path)
                 reply = await _serve(reads, conn, head, path, tenant, None, None)
         except ProtocolError as exc:
-            return _problem(conn, head, exc)
+            return self._problem(conn, head, exc)
         finally:
             reads.cache.drop_early(early)  # a no-op once a chunk flight took it on
             limit = self.app.get(LIMIT)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import aiohttp
 import pytest
 
 from tests.s3.conftest import S3Front, get_object
-from tests.support.raw_http import raw_request
+from tests.support.raw_http import connect, raw_request
 
 Dataset = tuple[Path, dict[str, bytes]]
 
@@ -56,7 +57,10 @@ def _code(body: bytes) -> str:
     ("GET", "/ds/small.bin?%ff=1", 400, "InvalidArgument"),
     ("GET", "/ds/small.bin?response-content-type=a%0d%0aX-Evil:%201", 400, "InvalidArgument"),
     ("GET", "/ds/missing.bin", 404, "NoSuchKey"),
-    ("GET", "/nobucket/missing.bin", 404, "NoSuchKey"),
+    ("GET", "/ds/sub/", 404, "NoSuchKey"),
+    ("GET", "/ds/a//", 400, "InvalidArgument"),
+    ("GET", "/ds/..%2F", 400, "InvalidArgument"),
+    ("GET", "/nobucket/missing.bin", 404, "NoSuchBucket"),
 ])
 async def test_refusals_are_s3_xml(
     front: S3Front, method: str, target: str, status: int, code: str
@@ -111,3 +115,26 @@ async def test_virtual_hosted_buckets(
     async with http.get(f"{front.url}/x", headers={"Host": "..%2f.s3.test"}) as r:
         assert r.status == 400
         assert _code(await r.read()) == "InvalidBucketName"
+
+
+@pytest.mark.parametrize(("raw", "status", "code"), [
+    (b"PROPFIND /ds/small.bin HTTP/1.1\r\nHost: x\r\n\r\n", 501, "NotImplemented"),
+    (b"GET /ds/small.bin HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HttpVersionNotSupported"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", 400, "InvalidRequest"),
+    (b"GET /ds/small.bin HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400, "InvalidRequest"),
+])
+async def test_front_door_refusals_are_s3_xml(
+    front: S3Front, raw: bytes, status: int, code: str
+) -> None:
+    reader, writer = await connect(front.url)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), timeout=15)
+    finally:
+        writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert int(head.split()[1]) == status, data[:300]
+    assert b"x-amz-request-id: " in head.lower()
+    assert b"application/xml" in head
+    assert _code(body) == code

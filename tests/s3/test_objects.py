@@ -11,6 +11,8 @@ import aiohttp
 import pytest
 from botocore.exceptions import ClientError
 
+from service.fast import FAST
+from spoke.s3.fast import S3FastReads
 from tests.conftest import CHUNK
 from tests.s3.conftest import S3Front, get_object
 from tests.support.waits import settled_stats, wait_for_stats
@@ -203,3 +205,84 @@ async def test_metrics_count_s3_operations(
         text = await r.text()
     assert 'spoke_s3_requests_total{operation="GetObject"} 2.0' in text
     assert 'spoke_s3_errors_total{code="NoSuchKey"} 1.0' in text
+
+
+async def test_warm_ranged_reads_answer_alike_on_the_fast_path(
+    front: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    data = dataset[1]["ds/big.bin"]
+    # Its own connection: one the fast path declines is aiohttp's from then on.
+    async with http.get(f"{front.url}/ds/big.bin", headers={"Connection": "close"}) as r:
+        assert await r.read() == data
+    await settled_stats(http, front.spoke.url)
+    fast = front.runner.app[FAST]
+    assert isinstance(fast, S3FastReads)
+    answered: list[bool] = []
+    inner = fast._objects
+
+    def spy(*args: Any) -> Any:
+        reply = inner(*args)
+        answered.append(reply is not None)
+        return reply
+
+    fast._objects = spy  # type: ignore[assignment]
+    # A plain range (the fast path's), and one only aiohttp takes (an override).
+    for lo, hi in ((0, 99), (CHUNK - 10, CHUNK + 10), (0, 600_000), (5, len(data) - 1)):
+        answers = []
+        for query in ("", "?response-cache-control=x"):
+            # Each on its own connection: one the fast path declines is aiohttp's for good.
+            async with http.get(f"{front.url}/ds/big.bin{query}",
+                                headers={"Range": f"bytes={lo}-{hi}", "Connection": "close"}) as r:
+                assert r.status == 206
+                assert await r.read() == data[lo:hi + 1]
+                assert r.headers["X-Cache"] == "HIT"
+                assert r.headers["x-amz-request-id"] == r.headers["X-Request-Id"]
+                answers.append({k: v for k, v in r.headers.items()
+                                if k.lower() not in ("date", "x-request-id", "x-amz-request-id",
+                                                     "cache-control")})
+        assert answers[0] == answers[1]
+    assert answered.count(True) == 4  # each plain read once, on the fast path
+
+
+async def test_fast_path_errors_are_s3_xml(
+    front: S3Front, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    async with http.get(f"{front.url}/ds/small.bin", headers={"Connection": "close"}) as r:
+        etag = r.headers["ETag"]
+        await r.read()
+    async with http.head(f"{front.url}/ds", headers={"Connection": "close"}) as r:
+        assert r.status == 200  # the bucket is known to exist: a 404 in it is NoSuchKey
+    await settled_stats(http, front.spoke.url)
+    fast = front.runner.app[FAST]
+    assert isinstance(fast, S3FastReads)
+    answered: list[bool] = []
+    inner = fast._objects
+
+    def spy(*args: Any) -> Any:
+        reply = inner(*args)
+        answered.append(reply is not None)
+        return reply
+
+    fast._objects = spy  # type: ignore[assignment]
+    cases = [
+        ("GET", "/ds/small.bin", {"If-Match": '"other"'}, 412, "PreconditionFailed"),
+        ("GET", "/ds/small.bin", {"If-None-Match": etag}, 304, None),
+        ("GET", "/ds/small.bin", {"Range": "bytes=5000-"}, 416, "InvalidRange"),
+        ("GET", "/ds/nothing-here.bin", {}, 404, "NoSuchKey"),
+        ("HEAD", "/ds/small.bin", {}, 200, None),
+        ("GET", "/ds/small.bin", {}, 200, None),
+    ]
+    for method, path, headers, status, code in cases:
+        async with http.request(method, f"{front.url}{path}",
+                                headers={**headers, "Connection": "close"}) as r:
+            body = await r.read()
+            assert r.status == status, (path, headers, body)
+            assert r.headers["x-amz-request-id"]
+            if code is not None:
+                assert r.content_type == "application/xml"
+                assert f"<Code>{code}</Code>".encode() in body
+            if status == 416:
+                assert r.headers["Content-Range"] == "bytes */1000"
+            if status == 200 and method == "GET":
+                assert body == dataset[1]["ds/small.bin"]
+    assert answered == [True] * len(cases)

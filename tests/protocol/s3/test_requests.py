@@ -38,6 +38,7 @@ def test_path_style_and_virtual_hosted_targets() -> None:
     assert target("/a/b.bin", "ds") == Target("ds", "a/b.bin")
     assert target("/", "ds") == Target("ds", None)
     assert target("/ds/a+b", None).path == "ds/a+b"
+    assert target("/ds/dir/", None) == Target("ds", "dir/")
 
 
 @pytest.mark.parametrize("raw", ["/ds/../x", "/ds/%2e%2e/x", "/ds/%252E%252E/x", "/ds/a//b",

@@ -1,0 +1,190 @@
+"""The S3 front end's fast path: GetObject and HeadObject without aiohttp.
+
+A path-style ``GET``/``HEAD /{bucket}/{key}`` is the ``/objects`` read of
+``{bucket}/{key}``, answered by ``/objects``' own fast path
+(:class:`spoke.serve.fast.FastObjectReads`: cached ranges by ``pread``/``writev`` or
+``sendfile``, misses through the cache) with S3's request id in its head and S3's XML
+for its errors. With keys the signature is checked here first. What S3 answers
+otherwise (a HeadObject's Range, several ranges, overrides, virtual hosts, any field
+but a loader's and an SDK's) is declined, and aiohttp answers it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Sequence
+
+from aiohttp import web
+
+from protocol.errors import ProtocolError
+from protocol.http1 import Headers, RequestHead
+from protocol.s3 import xml
+from protocol.s3.requests import Operation, bucket_from_host, target
+from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
+from service.auth import GUARD
+from service.fast import FastConnection, Reply
+from service.problem import error_headers
+from spoke.s3.access import S3Access, check_object
+from spoke.s3.errors import AMZ_REQUEST_ID, s3_code
+from spoke.s3.listing import KnownBuckets
+from spoke.s3.stats import S3_STATS
+from spoke.serve import handlers
+from spoke.serve.fast import FastObjectReads
+from spoke.serve.plain import OBJECTS, PLAIN_FIELDS
+
+# What S3 clients add to a read: their signature (checked, or ignored when anonymous),
+# SDK bookkeeping, and conditionals (the planner's, as for /objects).
+S3_FIELDS = frozenset({
+    "authorization", "x-amz-date", "x-amz-content-sha256", "amz-sdk-invocation-id",
+    "amz-sdk-request", "x-amz-user-agent",
+    # botocore asks for the object's stored checksums: we keep none, and send none.
+    "x-amz-checksum-mode",
+})
+CONDITIONALS = frozenset({"if-match", "if-none-match", "if-modified-since",
+                          "if-unmodified-since"})
+READ_FIELDS = PLAIN_FIELDS | CONDITIONALS
+FAST_FIELDS = READ_FIELDS | S3_FIELDS
+# Query parameters a fast read may carry: a presigned URL's, and botocore's ``x-id``.
+FAST_PARAMS = frozenset({*AUTH_QUERY_PARAMS, "x-id"}) - {"X-Amz-Security-Token"}
+MAX_REMEMBERED_PATHS = 10_000
+
+
+class S3FastReads:
+    """The S3 app's :data:`service.fast.FastHandler`."""
+
+    def __init__(
+        self, spoke: web.Application, access: S3Access, domain: str | None,
+        buckets: KnownBuckets,
+    ) -> None:
+        self.spoke = spoke
+        self.access = access
+        self.domain = domain
+        self.buckets = buckets
+        self._paths: dict[str, tuple[str, str] | None] = {}
+        self._objects = FastObjectReads(spoke, handlers.READS, _s3_problem)
+
+    def __call__(
+        self, head: RequestHead, conn: FastConnection
+    ) -> Reply | Awaitable[Reply | None] | None:
+        reads = self.spoke.get(handlers.READS)
+        if reads is None or not FAST_FIELDS.issuperset(head.headers):
+            return None
+        if self.spoke.get(GUARD) is not None:
+            return None  # /objects' fast path would ask for a bearer token
+        if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
+            return None  # virtual-hosted: aiohttp's
+        raw_path, _, raw_query = head.target.partition("?")
+        named = self._object_path(raw_path)
+        if named is None or not _fast_query(raw_query):
+            return None
+        bucket, path = named
+        rng = head.headers.get("range")
+        if rng is not None and ("," in rng or head.method == "HEAD"):
+            return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
+        if not self.buckets.known(bucket):
+            if reads.cache.fresh_manifest(path) is None:
+                return None  # a 404 must say NoSuchBucket or NoSuchKey: aiohttp finds out
+            self.buckets.saw(bucket)  # it holds an object
+        if self.access.keys is not None:
+            try:
+                key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())
+                check_object(key, path)
+            except ProtocolError:
+                return None  # aiohttp answers the 403, and counts it
+        plain = RequestHead(head.method, f"{OBJECTS}{path}", Headers(
+            {k: v for k, v in head.headers.items() if k in READ_FIELDS}), head.keep_alive)
+        amz = AmzConnection(conn, raw_path, self.spoke[S3_STATS].errors)
+        answer = self._objects(plain, amz)
+        op = str((Operation.GET_OBJECT if head.method == "GET" else Operation.HEAD_OBJECT).value)
+        if answer is None or isinstance(answer, Reply):
+            if answer is not None:
+                self.spoke[S3_STATS].requests[op] += 1
+            return answer
+        return self._counted(answer, op)
+
+    async def _counted(self, answer: Awaitable[Reply | None], op: str) -> Reply | None:
+        reply = await answer
+        if reply is not None:
+            self.spoke[S3_STATS].requests[op] += 1
+        return reply
+
+    def _object_path(self, raw_path: str) -> tuple[str, str] | None:
+        """The bucket and object path path-style ``raw_path`` names, or None (not an
+        object, or invalid: aiohttp's to refuse); validated once, then remembered."""
+        if raw_path in self._paths:
+            return self._paths[raw_path]
+        try:
+            where = target(raw_path, None)
+            named = (where.bucket, where.path) if where.key and not where.key.endswith("/") \
+                and where.bucket else None
+        except ProtocolError:
+            named = None
+        if len(self._paths) >= MAX_REMEMBERED_PATHS:
+            self._paths.clear()
+        self._paths[raw_path] = named
+        return named
+
+
+def _fast_query(raw_query: str) -> bool:
+    if not raw_query:
+        return True
+    return all(p.partition("=")[0] in FAST_PARAMS for p in raw_query.split("&"))
+
+
+def _s3_problem(conn: FastConnection, head: RequestHead, exc: ProtocolError) -> Reply:
+    """What :mod:`spoke.s3.errors`' middleware answers for ``exc``, on the fast path."""
+    status, code = s3_code(exc)
+    resource = conn.resource if isinstance(conn, AmzConnection) else head.target
+    body = xml.error(code, str(exc)[:500], resource, conn.request_id)
+    headers = [("Content-Type", f"{xml.XML_TYPE}; charset=utf-8"),
+               ("Content-Length", str(len(body))), *error_headers(exc).items()]
+    if status == 503 and not any(name == "Retry-After" for name, _ in headers):
+        headers.append(("Retry-After", "1"))
+    if isinstance(conn, AmzConnection):
+        conn.errors[code] += 1
+    sent = b"" if head.method == "HEAD" else body
+    conn.writelines([conn.head(status, headers, head.keep_alive), sent])
+    return Reply(status, len(sent))
+
+
+class AmzConnection:
+    """``conn`` with S3's request id in every head it writes; ``resource``: the path
+    the request named (for its errors)."""
+
+    __slots__ = ("_conn", "_line", "client", "errors", "request_id", "resource")
+
+    def __init__(self, conn: FastConnection, resource: str, errors: Counter[str]) -> None:
+        self._conn = conn
+        self.errors = errors
+        self.request_id = conn.request_id
+        self.client = conn.client
+        self.resource = resource
+        self._line = f"{AMZ_REQUEST_ID}: {conn.request_id}\r\n"
+
+    @property
+    def can_sendfile(self) -> bool:
+        return self._conn.can_sendfile
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._conn.write(data)
+
+    def writelines(self, parts: Sequence[bytes | memoryview]) -> None:
+        self._conn.writelines(parts)
+
+    def head(self, status: int, headers: list[tuple[str, str]], keep_alive: bool) -> bytes:
+        return self._conn.head(status, [*headers, (AMZ_REQUEST_ID, self.request_id)], keep_alive)
+
+    def head_end(self, keep_alive: bool) -> str:
+        return self._line + self._conn.head_end(keep_alive)
+
+    async def drain(self) -> None:
+        await self._conn.drain()
+
+    async def sendfile(self, fd: int, offset: int, count: int) -> bool:
+        return await self._conn.sendfile(fd, offset, count)
+
+    def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool:
+        return self._conn.send_now(head, pieces)
+
+    def abort(self) -> None:
+        self._conn.abort()
