@@ -9,12 +9,21 @@ matters (``train/by-client/NAME/``).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.s3_clients.endpoints import Endpoint, start_endpoint, write_tree
+
+
+@pytest.fixture(autouse=True)
+def _leaks_show_in_their_own_test() -> Iterator[None]:
+    """A client's socket left open fails the test that left it (unraisable warnings are
+    errors here), not whichever later test the garbage collector happens to run in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
