@@ -71,6 +71,9 @@ def test_whole_and_ranged_get_object(s3: Endpoint) -> None:
             header[6:].split("-")[0])
         assert part["ContentRange"] == f"bytes {first}-{first + len(want) - 1}/{len(data)}"
         assert part["ContentLength"] == len(want)
+        # A whole object's checksum on a range fails botocore 1.36+ (it checks it).
+        sent = part["ResponseMetadata"]["HTTPHeaders"]
+        assert not [h for h in sent if h.startswith("x-amz-checksum-")], sent
     watch = CacheWatch(s3)
     again = c.get_object(Bucket="train", Key=COLD, Range="bytes=1000-200000")
     assert again["Body"].read() == data[1000:200001]
