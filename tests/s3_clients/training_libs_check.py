@@ -5,6 +5,11 @@ it back from ``s3://train/...`` through a torch DataLoader with worker processes
 samples read are the samples written, and the shard files it downloaded are the files
 on disk, byte for byte.
 
+Not collected by default (the name does not start with ``test_``): neither library is
+in the test extras. Run it by name:
+
+    pytest tests/s3_clients/training_libs_check.py
+
 The libraries run in this environment's Python; ``HUBSPOKE_TRAINING_PYTHON`` names
 another interpreter to run them in instead (a venv of their own, to try a release).
 """
