@@ -48,6 +48,10 @@ DEFAULT_MAX_SKEW_S = 900
 # work an unauthenticated client can cause.
 MAX_AUTH_BYTES = 8192
 MAX_SIGNED_HEADERS = 64
+# Requests already verified, by their exact bytes: a presigned URL read over and over (a
+# loader's shard list, a benchmark) costs one verification, then a clock check per request.
+# Only requests that verified get in, so a flood of bad signatures cannot churn it.
+MAX_VERIFIED = 1024
 # The presigned query's own parameters: the front end ignores them when it parses a request.
 AUTH_QUERY_PARAMS = frozenset({
     "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
@@ -61,6 +65,10 @@ _AMZ_DATE = re.compile(r"\d{8}T\d{6}Z")
 _HEADER_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 _SCOPE_PART = re.compile(r"[A-Za-z0-9-]{1,64}")
 _UNRESERVED = "-_.~"
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_.~/-]*")
+
+_VERIFIED: dict[tuple[object, ...], tuple[_Signed, S3Key]] = {}
 
 _STATUS = {
     "AccessDenied": 403,
@@ -141,6 +149,24 @@ def authenticate(
     if sep and not raw_query:
         raw_query = rest
     pairs = _header_pairs(headers)
+    memo_key = (method, path, raw_query, tuple(pairs), service)
+    verified = _VERIFIED.get(memo_key)
+    if verified is not None and keys.get(verified[0].access_key) == verified[1]:
+        # The same bytes verified before under the same secret: only the clock can have
+        # changed the answer.
+        _check_time(verified[0], _utc(now), max_skew_s)
+        return verified[1]
+    signed, key = _verify(method, path, raw_query, pairs, keys, now, max_skew_s, service)
+    if len(_VERIFIED) >= MAX_VERIFIED:
+        _VERIFIED.pop(next(iter(_VERIFIED)))
+    _VERIFIED[memo_key] = (signed, key)
+    return key
+
+
+def _verify(
+    method: str, path: str, raw_query: str, pairs: list[tuple[str, str]],
+    keys: Mapping[str, S3Key], now: datetime.datetime, max_skew_s: int, service: str,
+) -> tuple[_Signed, S3Key]:
     query = _split_query(raw_query)
     authorization = _header(pairs, "authorization")
     query_names = {name for name, _ in query}
@@ -179,7 +205,7 @@ def authenticate(
         sts = string_to_sign(signed.amz_date, scope, request)
         expected = hmac.new(sign_key, sts.encode(), hashlib.sha256).hexdigest()
         if hmac.compare_digest(expected.encode(), _utf8(signed.signature)):
-            return key
+            return signed, key
         if not first_sts:
             first_sts, first_request = sts, request
     raise S3AuthError(
@@ -219,6 +245,8 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
 
 def uri_encode(text: str, *, keep_slash: bool) -> str:
     """AWS's UriEncode: UTF-8, every byte but the unreserved ones as upper-case ``%XX``."""
+    if (_PLAIN_PATH if keep_slash else _PLAIN).fullmatch(text):
+        return text
     return quote(_utf8(text), safe=_UNRESERVED + ("/" if keep_slash else ""))
 
 
@@ -234,7 +262,7 @@ def _utf8(text: str) -> bytes:
 def _canonical_uris(path: str) -> list[str]:
     # "/" for the service root: a request line always has a path, a caller may hand us "".
     raw = path or "/"
-    encoded = uri_encode(unquote(raw, errors="surrogateescape"), keep_slash=True)
+    encoded = uri_encode(_decode(raw), keep_slash=True)
     return [raw] if encoded == raw else [raw, encoded]
 
 
@@ -244,10 +272,13 @@ def _split_query(raw_query: str) -> list[tuple[str, str]]:
         if not part:
             continue
         name, _, value = part.partition("=")
-        pairs.append((
-            unquote(name, errors="surrogateescape"), unquote(value, errors="surrogateescape"),
-        ))
+        pairs.append((_decode(name), _decode(value)))
     return pairs
+
+
+def _decode(token: str) -> str:
+    # Most tokens (dates, hex signatures, plain names) hold no escape: skip the decoder.
+    return unquote(token, errors="surrogateescape") if "%" in token else token
 
 
 def _canonical_query(pairs: Iterable[tuple[str, str]]) -> str:
@@ -429,8 +460,10 @@ def _check_scope(signed: _Signed, service: str) -> None:
 
 def _check_time(signed: _Signed, now: datetime.datetime, max_skew_s: int) -> None:
     try:
-        at = datetime.datetime.strptime(signed.amz_date, "%Y%m%dT%H%M%SZ").replace(
-            tzinfo=datetime.UTC
+        d = signed.amz_date  # YYYYMMDDTHHMMSSZ, all digits where digits go (checked on parse)
+        at = datetime.datetime(
+            int(d[0:4]), int(d[4:6]), int(d[6:8]), int(d[9:11]), int(d[11:13]), int(d[13:15]),
+            tzinfo=datetime.UTC,
         )
     except ValueError:
         raise S3AuthError(

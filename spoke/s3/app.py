@@ -47,7 +47,9 @@ def make_s3_app(
     app[front.FRONT].render = refusal_response
     limit = spoke.get(limits.LIMIT)
     if limit is not None:
-        app.middlewares.insert(1, limits.middleware(limit))
+        # Inside the error middleware, which answers its 429 as S3's 503 SlowDown; one
+        # count per client address over both front ends.
+        app.middlewares.append(limits.middleware(limit))
     if limits.KEEPALIVE in spoke:
         app[limits.KEEPALIVE] = spoke[limits.KEEPALIVE]
     if limits.CONNECTIONS in spoke:
@@ -56,8 +58,9 @@ def make_s3_app(
     app[DOMAIN] = domain or ""
     app[ACCESS] = access if access is not None else S3Access(keys)
     app[ERRORS] = spoke[S3_STATS].errors
+    meta_ttl_s = spoke[handlers.CONFIG].meta_ttl_s
     app[listing.BUCKETS] = listing.KnownBuckets(
-        max(listing.BUCKET_TTL_S, spoke[handlers.CONFIG].meta_ttl_s))
+        max(listing.BUCKET_TTL_S, meta_ttl_s), listing.RecentListings(meta_ttl_s))
     fast: FastHandler = S3FastReads(spoke, app[ACCESS], domain, app[listing.BUCKETS])
     app[FAST] = fast
     app.on_response_prepare.append(_add_amz_request_id)
@@ -101,7 +104,7 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
                 raise NoSuchBucket(f"no bucket {where.bucket!r}") from None
             raise
     if op is Operation.LIST_BUCKETS:
-        return await listing.list_buckets(spoke, key)
+        return await listing.list_buckets(spoke, known, key)
     assert where.bucket is not None
     if op is Operation.HEAD_BUCKET:
         return await listing.head_bucket(spoke, known, where.bucket, key)

@@ -29,6 +29,31 @@ BUCKET_TTL_S = 300.0
 REGION_HEADER = "x-amz-bucket-region"
 
 
+class RecentListings:
+    """The hub's last few listings, each kept ``ttl_s``: a client paging through a
+    bucket a thousand keys at a time asks for the same listing once per page, and each
+    would otherwise cross the WAN in full."""
+
+    MAX_KEPT = 4
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._kept: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+
+    async def get(self, main: web.Application, prefix: str) -> list[dict[str, Any]]:
+        kept = self._kept.get(prefix)
+        if kept is not None and kept[0] > self._clock():
+            return kept[1]
+        entries = await hub_listing(main, prefix)
+        self._kept.pop(prefix, None)
+        while len(self._kept) >= self.MAX_KEPT:
+            del self._kept[next(iter(self._kept))]
+        self._kept[prefix] = (self._clock() + self.ttl_s, entries)
+        return entries
+
+
+
 async def hub_listing(main: web.Application, prefix: str) -> list[dict[str, Any]]:
     """The hub's entries under object path ``prefix`` (``path``, ``size``, ``etag``)."""
     body, content_type = await main[handlers.CACHE].hub.fetch_list(prefix, MSGPACK)
@@ -39,7 +64,9 @@ async def hub_listing(main: web.Application, prefix: str) -> list[dict[str, Any]
     objects = doc.get("objects") if isinstance(doc, dict) else None
     if not isinstance(objects, list):
         raise BadGateway("the hub's listing is not a msgpack map of objects")
-    return [o for o in objects if isinstance(o, dict) and isinstance(o.get("path"), str)]
+    # Entries that are not what a hub lists are left out, never a 500.
+    return [o for o in objects if isinstance(o, dict) and isinstance(o.get("path"), str)
+            and type(o.get("size")) is int]
 
 
 class KnownBuckets:
@@ -48,8 +75,11 @@ class KnownBuckets:
 
     MAX_REMEMBERED = 1024
 
-    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl_s: float, listings: RecentListings, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl_s = ttl_s
+        self.listings = listings
         self._clock = clock
         self._seen: dict[str, tuple[float, bool]] = {}
 
@@ -62,7 +92,7 @@ class KnownBuckets:
         known = self._seen.get(bucket)
         if known is not None and known[0] > self._clock():
             return known[1]
-        found = bool(await hub_listing(main, f"{bucket}/"))
+        found = bool(await self.listings.get(main, f"{bucket}/"))
         self.saw(bucket, found)
         return found
 
@@ -92,21 +122,23 @@ async def list_objects(
 ) -> web.Response:
     base = f"{bucket}/"
     check_listing(key, base + params.prefix)
-    found = await hub_listing(main, base + params.prefix)
+    found = await known.listings.get(main, base + params.prefix)
     if found:
         known.saw(bucket)
     elif not await known.exists(main, bucket):
         raise NoSuchBucket(f"no bucket {bucket!r}")
     entries = (
-        Entry(o["path"][len(base):], int(o.get("size", 0)), str(o.get("etag", "")))
+        Entry(o["path"][len(base):], o["size"], str(o.get("etag", "")))
         for o in found if o["path"].startswith(base) and (key is None or key.allows(o["path"]))
     )
     page = list_page(entries, params)
     return _xml(xml.list_bucket_result(bucket, params, page))
 
 
-async def list_buckets(main: web.Application, key: S3Key | None) -> web.Response:
-    found = await hub_listing(main, "")
+async def list_buckets(
+    main: web.Application, known: KnownBuckets, key: S3Key | None
+) -> web.Response:
+    found = await known.listings.get(main, "")
     names = [b for b in buckets([o["path"] for o in found]) if sees_bucket(key, b)]
     return _xml(xml.list_all_my_buckets(names))
 

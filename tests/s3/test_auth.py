@@ -9,6 +9,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from protocol.s3.credentials import parse_credentials
@@ -114,3 +117,21 @@ async def test_presigned_urls_expire(
             assert r.status == status, text
             if status == 403:
                 assert "<Code>AccessDenied</Code>" in text
+
+
+async def test_virtual_hosted_requests_verify(
+    make_front: FrontFactory, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    front = await make_front(domain="s3.test", access=S3Access(KEYS))
+    port = front.url.rsplit(":", 1)[1]
+    signer = S3SigV4Auth(Credentials("DSKEY", DS_SECRET), "s3", "us-east-1")
+    for path, status in (("/small.bin", 200), ("/partial.bin", 403)):
+        request = AWSRequest("GET", f"http://ds.s3.test:{port}{path}",
+                             headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+        signer.add_auth(request)
+        headers = {**dict(request.headers.items()), "Host": f"ds.s3.test:{port}"}
+        async with http.get(f"{front.url}{path}", headers=headers) as r:
+            body = await r.read()
+            assert r.status == status, body
+            if status == 200:
+                assert body == dataset[1]["ds/small.bin"]

@@ -144,3 +144,20 @@ async def test_bad_list_parameters_are_invalid_argument(
         assert r.content_type == "application/xml"
         assert "<Code>InvalidArgument</Code>" in text
         assert r.headers["x-amz-request-id"]
+
+
+async def test_paging_asks_the_hub_for_the_listing_once(
+    front: S3Front, tree: list[str], gated: Any
+) -> None:
+    calls: list[str] = []
+    inner = gated.list
+
+    def counting(prefix: str) -> Any:
+        calls.append(prefix)
+        return inner(prefix)
+
+    gated.list = counting  # the hub runs in this process
+    keys, _, pages = await asyncio.to_thread(
+        _all_v2, front.client(), Bucket="tree", PaginationConfig={"PageSize": 1})
+    assert keys == tree and pages == len(tree)
+    assert calls == ["tree/"]

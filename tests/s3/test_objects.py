@@ -286,3 +286,25 @@ async def test_fast_path_errors_are_s3_xml(
             if status == 200 and method == "GET":
                 assert body == dataset[1]["ds/small.bin"]
     assert answered == [True] * len(cases)
+
+
+async def test_a_client_over_its_in_flight_cap_is_told_to_slow_down(
+    make_front: Any, gated: Any, http: aiohttp.ClientSession, dataset: Dataset
+) -> None:
+    front = await make_front(max_inflight_per_client=1)
+    gated.gate.clear()  # the hub holds its reads: the first GET stays in flight
+    gated.drain()
+    first = asyncio.create_task(_read(http, f"{front.url}/ds/small.bin"))
+    await asyncio.to_thread(gated.waiting.acquire, True, 30)
+    async with http.get(f"{front.url}/ds/partial.bin") as r:
+        text = await r.text()
+        assert r.status == 503, text
+        assert r.headers["Retry-After"]
+        assert "<Code>SlowDown</Code>" in text
+    gated.gate.set()
+    assert await first == dataset[1]["ds/small.bin"]
+
+
+async def _read(http: aiohttp.ClientSession, url: str) -> bytes:
+    async with http.get(url) as r:
+        return await r.read()
