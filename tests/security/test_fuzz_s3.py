@@ -315,8 +315,7 @@ BAD_ENCODINGS = [
     b"/ds/%zz", b"/ds/%", b"/ds/small.bin%", b"/ds/small.bin%2", b"/ds/%c3", b"/ds/%ff%fe.bin",
     b"/ds/%ed%a0%80.bin", b"/ds/%c0%af.bin", b"/ds/%e0%80%af", b"/ds/small.bin%00",
     b"/ds/%00", b"/ds/small%01.bin", b"/ds/small.bin%0d%0aSet-Cookie:%20x=1",
-    b"/ds/small.bin%0d%0aX-Injected:%201", b"/ds/small.bin?%zz=1", b"/ds/small.bin?a=%",
-    b"/ds/?list-type=2&prefix=%zz", b"/ds/" + b"%41" * 2000, b"/ds/\xff\xfe.bin",
+    b"/ds/small.bin%0d%0aX-Injected:%201", b"/ds/" + b"%41" * 2000, b"/ds/\xff\xfe.bin",
     b"/ds/\xc3.bin", b"/ds/small.bin?x-id=%ff",
 ]
 
@@ -360,7 +359,6 @@ def crafted_cases(front: Front) -> list[Case]:
          re.sub(rb"X-Amz-Content-SHA256: \S+", b"X-Amz-Content-SHA256: zz", good)),
         ("x-amz-content-sha256 of a body",
          re.sub(rb"X-Amz-Content-SHA256: \S+", b"X-Amz-Content-SHA256: " + b"a" * 64, good)),
-        ("two Authorization headers", good + b"Authorization: AWS4-HMAC-SHA256 x\r\n"),
         ("Authorization for another key", raw(b"/ds/big.bin", headers=good)),
     ]:
         payload = line if line.startswith(b"GET") else raw(b"/ds/small.bin", headers=line)
@@ -514,3 +512,34 @@ async def healthy_and_correct(front: Front) -> None:
         async with http.get(f"{front.spoke.url}/objects/ds/big.bin",
                             headers={"Range": "bytes=-1000"}) as resp:
             assert resp.status == 206 and await resp.read() == big[-1000:]
+
+
+# ---------------------------------------------------------------------------
+# found by this fuzzing, open (see each test): they fail until the front end is fixed
+
+QUERY_ENCODINGS = [b"/ds/small.bin?%zz=1", b"/ds/small.bin?a=%", b"/ds/small.bin?a=%4",
+                   b"/ds/?list-type=2&prefix=%zz", b"/ds/?prefix=ab%g1"]
+
+
+async def test_invalid_percent_encoding_in_a_query_is_a_4xx(front: Front) -> None:
+    """protocol.s3.requests.parse_query says so, but parse_qsl leaves a ``%`` that is not
+    followed by two hex digits as it is: the request was answered 200."""
+    for target in QUERY_ENCODINGS:
+        ex = await exchange(front.port, signed_get(front, target))
+        # (Signed, the signature may fail first: botocore signs the query re-encoded.)
+        assert len(ex.statuses) == 1 and ex.statuses[0] in range(400, 500), (
+            target, ex.replies[:1])
+        assert s3_problems(ex, head=False) == []
+
+
+@pytest.mark.parametrize("front", ["sigv4"], indirect=True)
+async def test_two_authorization_headers_are_refused(front: Front) -> None:
+    """With SigV4 required, a second Authorization header (not a list header, RFC 9110
+    §11.6.2) makes the request ambiguous: a proxy may check one, the spoke the other.
+    The spoke took the first and answered 200. (Anonymous, signatures go unchecked.)"""
+    good = sign_headers(f"http://{HOST}/ds/small.bin")
+    for extra in (b"Authorization: AWS4-HMAC-SHA256 x\r\n", b"Authorization: Bearer y\r\n"):
+        for lines in (good + extra, extra + good):
+            ex = await exchange(front.port, raw(b"/ds/small.bin", headers=lines))
+            assert len(ex.statuses) == 1 and ex.statuses[0] in range(400, 500), ex.replies[:1]
+            assert s3_problems(ex, head=False) == []
