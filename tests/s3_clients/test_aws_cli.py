@@ -4,7 +4,11 @@ and to a directory (multipart ranges), s3api get-object --range, head-object."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 from tests.s3_clients.endpoints import CacheWatch, Endpoint
 from tests.s3_clients.tools import files_under, run, tool
@@ -66,3 +70,26 @@ def test_s3api_get_object_range_and_head(s3: Endpoint, tmp_path: Path) -> None:
                           "big.bin"))
     assert head["ContentLength"] == len(data)
     assert head["ETag"] == meta["ETag"]
+
+
+def test_presign_then_a_plain_http_get(s3: Endpoint, tmp_path: Path) -> None:
+    env = aws_env(s3, tmp_path)
+    # The cli (v1) presigns with SigV2 unless told otherwise; S3 wants SigV4.
+    Path(env["AWS_CONFIG_FILE"]).write_text(
+        "[default]\ns3 =\n  addressing_style = path\n  signature_version = s3v4\n")
+    url = run([tool("aws"), "s3", "presign", "--expires-in", "600", "s3://train/exact.bin"],
+              env, tmp_path).decode().strip()
+    assert "X-Amz-Signature=" in url, url
+    with urllib.request.urlopen(url, timeout=60) as reply:
+        assert reply.read() == s3.files["train/exact.bin"]
+
+
+def test_a_sigv2_presigned_url_is_refused(spoke_s3: Endpoint, tmp_path: Path) -> None:
+    url = aws(spoke_s3, tmp_path, "s3", "presign", "s3://train/exact.bin").decode().strip()
+    assert "Signature=" in url and "X-Amz-Signature=" not in url, url
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=60)
+    with err.value as refused:
+        assert refused.code in (400, 403), refused.code
+        assert refused.headers["Content-Type"].startswith("application/xml")
+        assert b"<Code>" in refused.read()

@@ -100,3 +100,8 @@ def test_pyarrow_listing_and_read_at(s3: Endpoint) -> None:
         assert f.read_at(150_000, 65_540) == data[65_540:215_540]
         f.seek(len(data) - 10)
         assert f.read() == data[-10:]
+
+
+def test_pyarrow_anonymous(anonymous: Endpoint) -> None:
+    table = pq.read_table("train/table.parquet", filesystem=arrow_fs(anonymous))
+    assert table.equals(pq.read_table(str(anonymous.root / "train" / "table.parquet")))
