@@ -1,5 +1,5 @@
 """The aws cli through the S3 endpoint: ls (buckets, prefixes, recursive), cp to stdout
-and to a directory (multipart ranges), s3api get-object --range, head-object."""
+and to a directory (multipart ranges), s3api get-object --range, head-object, presign."""
 
 from __future__ import annotations
 
