@@ -66,9 +66,10 @@ class Process:
 
 def start_process(
     module: str, args: Sequence[str], timeout_s: float = 20, command: str = "serve",
-    log_dir: str | None = None,
+    log_dir: str | None = None, port: int = 0,
 ) -> Process:
-    """Run ``python -m module serve ... --port 0`` and wait for its listening line.
+    """Run ``python -m module serve ... --port 0`` (or ``port``: a spoke of a tier, whose
+    peers must know it beforehand) and wait for its listening line.
 
     stderr goes to a file (never a pipe nobody drains, which would block a chatty
     server), kept in ``log_dir`` or the temp directory.
@@ -76,7 +77,8 @@ def start_process(
     fd, log_path = tempfile.mkstemp(prefix=f"{module}-", suffix=".log", dir=log_dir)
     with os.fdopen(fd, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, command, *args, "--host", "127.0.0.1", "--port", "0"],
+            [sys.executable, "-m", module, command, *args,
+             "--host", "127.0.0.1", "--port", str(port)],
             cwd=REPO, stderr=log, stdout=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

@@ -533,6 +533,7 @@ class Sample:
     fds: int
     rss_floor_mb: float  # the lowest RSS seen in the interval (sampled every 0.5 s)
     fds_floor: int  # the fewest open fds seen in the interval
+    fill_peak_mb: float  # the most chunk memory held by fills in the interval (/stats)
     tmp_files: int
     used_bytes: int
     disk_bytes: int
@@ -583,6 +584,7 @@ class Monitor:
     spoke_died: bool = False
     _prev_stats: dict[str, int] = field(default_factory=dict)
     _rss_floor: float = math.inf
+    _fill_peak: float = 0.0
     _fds_floor: int = 1 << 30
 
     async def stats(self) -> dict[str, int]:
@@ -604,6 +606,7 @@ class Monitor:
                 await asyncio.sleep(FAST_SAMPLE_S)
                 continue
             self.max_used_bytes = max(self.max_used_bytes, stats["used_bytes"])
+            self._fill_peak = max(self._fill_peak, stats["fill_buffer_bytes"] / MB)
             # RSS swings by tens of MB with the 4 MiB chunk buffers in flight; the
             # floor between swings is what a leak would lift.
             mem = memory(self.spoke.pid)
@@ -631,6 +634,7 @@ class Monitor:
             t_s=round(now - self.run_started, 1), phase=self.ctx.recorder.faults.phase_at(now),
             rss_mb=rss, anon_mb=mem.anon / MB, fds=fds,
             rss_floor_mb=min(self._rss_floor, rss), fds_floor=min(self._fds_floor, fds),
+            fill_peak_mb=max(self._fill_peak, stats["fill_buffer_bytes"] / MB),
             tmp_files=count_files(os.path.join(self.cache_dir, "tmp")),
             used_bytes=stats["used_bytes"], disk_bytes=disk,
             capacity_bytes=stats["capacity_bytes"], evictions=stats["evictions"],
@@ -641,9 +645,9 @@ class Monitor:
             p99_ms=quantile_ms([r.latency_s for r in reads], 0.99),
         )
         self.samples.append(sample)
-        self._rss_floor, self._fds_floor = math.inf, 1 << 30
+        self._rss_floor, self._fds_floor, self._fill_peak = math.inf, 1 << 30, 0.0
         print(f"t={sample.t_s:6.0f}s {sample.phase:13s} rss {sample.rss_mb:6.1f} MB "
-              f"(anon {sample.anon_mb:6.1f}) "
+              f"(anon {sample.anon_mb:6.1f}, fills {sample.fill_peak_mb:5.0f}) "
               f"fds {sample.fds:4d} tmp {sample.tmp_files:3d} used "
               f"{sample.used_bytes / 2**20:6.0f}/{sample.capacity_bytes / 2**20:.0f} MiB "
               f"hit {sample.hit_ratio:5.1%} p99 {sample.p99_ms:7.1f} ms "

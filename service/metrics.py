@@ -102,7 +102,17 @@ class LabeledCounter:
     read: Callable[[], Mapping[str, float]]
 
 
-AnySeries = Series | HistogramSeries | LabeledCounter
+@dataclass(frozen=True, slots=True)
+class LabeledGauge:
+    """A gauge per value of ``label``, read as a mapping at scrape time."""
+
+    name: str
+    help: str
+    label: str
+    read: Callable[[], Mapping[str, float]]
+
+
+AnySeries = Series | HistogramSeries | LabeledCounter | LabeledGauge
 
 
 class SeriesCollector(Collector):
@@ -116,6 +126,12 @@ class SeriesCollector(Collector):
                 continue
             if isinstance(s, LabeledCounter):
                 yield _labeled_counter_family(s)
+                continue
+            if isinstance(s, LabeledGauge):
+                gauge = GaugeMetricFamily(s.name, s.help, labels=[s.label])
+                for value, number in sorted(s.read().items()):
+                    gauge.add_metric([value], number)
+                yield gauge
                 continue
             if s.kind == "counter":
                 # prometheus_client appends _total itself; keep the contract's names.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -28,10 +29,12 @@ from spoke.prefetch.plans import PlanBook
 from spoke.prefetch.readahead import SequentialReadahead
 from spoke.prefetch.warm import WarmJobs
 from spoke.s3.stats import S3_STATS, S3Stats
-from spoke.serve import handlers
+from spoke.serve import handlers, peer
 from spoke.serve.fast import FastObjectReads
 from spoke.serve.objects import ObjectReads
 from spoke.serve.stats import read_latency_histograms, stats_series
+from spoke.tier.membership import Membership
+from spoke.tier.upstream import TieredUpstream
 from spoke.upstream.hub import HubClient
 from spoke.upstream.resilience import CircuitBreaker, RetryPolicy
 from spoke.workers.pool import READERS, ReaderPool
@@ -86,6 +89,13 @@ def make_app(config: SpokeConfig, clock: Clock = SYSTEM_CLOCK) -> web.Applicatio
         ("GET", "/healthz", handlers.healthz),
         ("GET", "/metrics", handlers.metrics),
     ])
+    if config.peers:
+        app[peer.SECRET] = peer_secret(config)
+        add_routes(app, [
+            ("GET", "/peer/objects/{path:.+}", peer.get_peer_object),
+            ("POST", "/peer/prefetch/{path:.+}", peer.post_peer_prefetch),
+            ("GET", "/peer/info", peer.get_peer_info),
+        ])
     return app
 
 
@@ -111,7 +121,32 @@ def routes(config: SpokeConfig) -> RouteTable:
         ("DELETE", "/warm/{id}"): Access.ADMIN,
         ("GET", "/healthz"): Access.OPEN,
         ("GET", "/metrics"): auth.metrics_access(config.metrics_auth),
+        # Not a loader's token: the tier's secret, which the peer handlers check.
+        ("GET", "/peer/objects/{path}"): Access.OPEN,
+        ("POST", "/peer/prefetch/{path}"): Access.OPEN,
+        ("GET", "/peer/info"): Access.OPEN,
     }
+
+
+def peer_secret(config: SpokeConfig) -> str:
+    """The secret spokes of a tier send and check: ``--peer-secret-file``'s, else the
+    spoke's hub token (the spokes of one region share it)."""
+    path = config.peer_secret_file or config.hub_token_file
+    assert path, "spoke.config refuses --peers without a secret"
+    return auth.load_token(path)
+
+
+def advertised_url(config: SpokeConfig) -> str:
+    """How peers reach this spoke: ``--advertise``, else its scheme, host and port (a
+    wildcard host stands for this machine's address)."""
+    if config.advertise:
+        return config.advertise
+    host = config.host
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostbyname(socket.gethostname())
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if config.tls_cert else 'http'}://{host}:{config.port}"
 
 
 async def _cache_context(app: web.Application) -> AsyncIterator[None]:
@@ -122,6 +157,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
         book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
     )
     app[handlers.CACHE] = cache
+    if isinstance(cache.hub, TieredUpstream):
+        app[peer.TIER] = cache.hub
     app[handlers.PLAN_BOOK] = book
     app[handlers.PLANS] = plans
     readahead = SequentialReadahead(cache, config.sequential_readahead_chunks)
@@ -173,6 +210,18 @@ async def open_cache(
         ssl_context=client_context(config.hub_ca) if config.hub_ca else None,
     )
     await hub.start()
+    upstream: HubClient | TieredUpstream = hub
+    tier = None
+    if config.peers:
+        peer_ca = config.peer_ca or config.hub_ca
+        membership = Membership(config.peers, advertised_url(config), config.capacity_bytes,
+                                refresh_s=config.peer_refresh_s)
+        upstream = tier = TieredUpstream(
+            hub, membership, secret=peer_secret(config), peer_timeout_s=config.peer_timeout_s,
+            max_connections=config.fetch_concurrency * 2,
+            ssl_context=client_context(peer_ca) if peer_ca else None,
+            keep_copies=config.peer_keep_copies)
+        await tier.start()
     cache = ChunkCache(
         store=store,
         index=index,
@@ -180,7 +229,7 @@ async def open_cache(
             make_policy(config.policy, config.capacity_bytes), plans.next_use,
             owner=plans.owner,
         ),
-        hub=hub,
+        hub=upstream,
         clock=clock,
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,
@@ -195,6 +244,10 @@ async def open_cache(
             failure_threshold=config.breaker_threshold, reset_timeout_s=config.breaker_reset_s,
             clock=clock.monotonic,
         ),
+        placement=tier,
     )
+    if tier is not None:
+        tier.manifest_of, tier.stats = cache.manifests.known, cache.stats
+        tier.hub_breaker = cache.breaker
     await cache.open()
     return cache

@@ -16,6 +16,7 @@ from service.runner import ListenSettings
 from service.settings import add_flag, add_settings, config_from, setting, settings
 from service.tls import TlsSettings, parse_checked
 from spoke.policy import POLICY_NAMES as POLICIES
+from spoke.tier.peers_arg import PeerSource, parse_advertise, parse_peers
 
 # --cpu-affinity: "spread" binds each process to one CPU (spoke.workers.cpus says when it pays).
 AFFINITIES = ("off", "spread")
@@ -191,8 +192,41 @@ class _S3Front:
 
 
 @settings
+class _Tier:
+    """The regional tier it belongs to: its peers, and how it proves itself to them."""
+
+    peers: tuple[PeerSource, ...] = setting(
+        "--peers", default="", parse=parse_peers,
+        help="the tier's spokes, this one included or not: base URLs separated by commas, or "
+             "dns+http://NAME:PORT, a name looked up again every few seconds ('' = no tier)")
+    advertise: str | None = setting(
+        "--advertise", default=None, parse=parse_advertise,
+        help="the base URL peers reach this spoke at (default: http://HOST:PORT it binds)")
+    peer_secret_file: str | None = setting(
+        "--peer-secret-file", default=None,
+        help="file holding the tier's shared secret, sent and checked on peer requests "
+             "(default: the spoke's hub token)")
+    peer_ca: str | None = setting(
+        "--peer-ca", default=None,
+        help="PEM CA bundle to verify https:// peers with (default: the hub's CA bundle "
+             "if given, else the system CAs)")
+    peer_timeout_s: float = setting(
+        "--peer-timeout", default=3.0, parse=float,
+        help="seconds without data from a peer before its chunk goes to the next owner or "
+             "the hub, and the peer counts a failure")
+    peer_refresh_s: float = setting(
+        "--peer-refresh", default=5.0, parse=float,
+        help="seconds between DNS look-ups of a dns+ peers name, and between peer health probes")
+    peer_keep_copies: bool = setting(
+        "--peer-keep-copies", default=False, switch=True,
+        help="also keep a copy of chunks fetched from their owner in this spoke's cache "
+             "(off: each chunk is stored once in the tier, which then holds the sum of "
+             "its spokes' capacity)")
+
+
+@settings
 class SpokeConfig(_Store, ListenSettings, _Cache, LoggingSettings, AuthSettings, _HubAccess,
-                  TlsSettings, LimitSettings, _S3Front):
+                  TlsSettings, LimitSettings, _Tier, _S3Front):
     """``python -m spoke serve``'s settings, its flags in this order."""
 
     workers: int = setting(
@@ -252,6 +286,12 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     if (args.command == "serve" and args.cpu_affinity != "off"
             and not hasattr(os, "sched_setaffinity")):
         parser.error("--cpu-affinity needs an OS that binds threads to CPUs (Linux)")
+    if args.command == "serve" and args.peers and not (args.peer_secret_file
+                                                       or args.hub_token_file):
+        parser.error("--peers needs --peer-secret-file or --hub-token-file: peer requests "
+                     "are authenticated")
+    if args.command == "serve" and args.peers and args.port == 0 and not args.advertise:
+        parser.error("--peers with --port 0 needs --advertise: peers must know the port")
     return args
 
 

@@ -33,9 +33,9 @@ from spoke.cache.local import Chunk, ChunkGone, LocalChunks
 from spoke.cache.manifests import Manifests
 from spoke.cache.resident import Resident, covers
 from spoke.cache.slots import Backlog, PrioritySlots, SlotClaim
-from spoke.upstream.base import HeadCheck, Upstream
+from spoke.upstream.base import HeadCheck, Placement, Upstream
 from spoke.upstream.errors import ChunkCorrupt, HubError, HubUnavailable, StaleVersion
-from spoke.upstream.resilience import CLOSED, ResilientCalls
+from spoke.upstream.resilience import CLOSED, CircuitBreaker, ResilientCalls
 
 # Hashing a chunk this large on the event loop would stall other requests; xxh3 hashes
 # even large chunks faster than the thread hop would take, so it stays inline.
@@ -60,9 +60,17 @@ class Fills:
     def __init__(
         self, upstream: Upstream, calls: ResilientCalls, local: LocalChunks,
         manifests: Manifests, stats: SpokeStats, clock: Clock, fetch_concurrency: int,
+        placement: Placement | None = None,
     ) -> None:
         self.upstream = upstream
+        self.placement = placement
         self.calls = calls
+        # Chunks another spoke of the tier keeps are retried as any, but not behind the
+        # hub's breaker: their owner may hold them while the hub is down (the tier's
+        # upstream puts its own fallback to the hub behind that breaker).
+        self._peer_calls = None if placement is None else ResilientCalls(
+            calls.policy, CircuitBreaker(failure_threshold=1 << 62), clock=calls.clock,
+            sleep=calls.sleep)
         self.local = local
         self.space = local.space
         self.db = local.db
@@ -165,6 +173,9 @@ class Fills:
         it ended.
         """
         chunk_size = self.manifests.chunk_size
+        # In a tier the first chunk, too, goes through its owner, which needs its version.
+        if self.placement is not None:
+            return None
         if offset is None or chunk_size is None or path in self.early or \
                 path in self.manifests or self.space.resident.holds_any_of(path) or \
                 len(self.early) >= self.slots.capacity or \
@@ -178,6 +189,9 @@ class Fills:
         everything cached, and fetching those would only waste the link)."""
         if self.space.fits(chunk_bounds(index, manifest.size, manifest.chunk_size).length):
             return True
+        if self.placement is not None and \
+                not self.placement.keeps(manifest.path, manifest.etag, index):
+            return True  # another spoke of the tier keeps it: this one's room is no matter
         return self.space.policy.would_keep(ChunkKey.of(manifest, index).name)
 
     async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
@@ -190,6 +204,13 @@ class Fills:
         key = ChunkKey.of(manifest, index)
         if key.name in self.space.resident:
             return False
+        if self.placement is not None and key.name not in self.flights and \
+                not self.placement.keeps(key.path, key.etag, index):
+            # Another spoke of the tier keeps it: that spoke fetches it, and its bytes
+            # need not come here (None: it could not be asked; fetched here after all).
+            fetched = await self.placement.prefetch_at_owner(manifest, index)
+            if fetched is not None:
+                return fetched
         _, task, joined = self.flight(key, manifest, tenant, background=True)
         prefetched = self.local.prefetched
         if not joined:
@@ -236,6 +257,10 @@ class Fills:
     async def _store(self, key: ChunkKey, manifest: Manifest, tenant: str, fill: Filling) -> None:
         """Make room for the verified chunk in ``fill`` and store it (or serve it uncached)."""
         if key.name in self._unwanted:  # purged while it was being fetched
+            return
+        if self.placement is not None and \
+                not self.placement.keeps(key.path, key.etag, key.index):
+            self.stats.uncached_fills += 1  # another spoke of the tier keeps it
             return
         victims, reserved = self.space.reserve(key.name, fill.length, tenant)
         try:
@@ -286,7 +311,11 @@ class Fills:
                 raise
 
         try:
-            await self.calls.call(attempt)
+            calls = self.calls
+            if self._peer_calls is not None and self.placement is not None and \
+                    not self.placement.keeps(key.path, key.etag, key.index):
+                calls = self._peer_calls
+            await calls.call(attempt)
         except StaleVersion:
             self.stats.fill_failures += 1
             self.manifests.invalidate(key.path)

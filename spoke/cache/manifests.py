@@ -85,6 +85,10 @@ class Manifests:
         """Whether any manifest of ``path`` is known (fresh or not)."""
         return path in self._known
 
+    def known(self, path: str) -> Manifest | None:
+        """The last manifest seen of ``path`` (fresh or not), without asking anyone."""
+        return self._known.get(path)
+
     def live_items(self) -> Iterator[tuple[str, Manifest, float]]:
         """(path, manifest, expiry on the clock's ``monotonic``) of each fresh one."""
         return self.fresh_for.live_items()

@@ -11,6 +11,7 @@ but a loader's and an SDK's) is declined, and aiohttp answers it.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Awaitable, Sequence
 
@@ -27,7 +28,7 @@ from service.problem import error_headers
 from spoke.s3.access import S3Access, check_object
 from spoke.s3.errors import AMZ_REQUEST_ID, s3_code
 from spoke.s3.listing import KnownBuckets
-from spoke.s3.stats import S3_STATS
+from spoke.s3.stats import S3_STATS, S3Stats
 from spoke.serve import handlers
 from spoke.serve.fast import FastObjectReads
 from spoke.serve.plain import OBJECTS, PLAIN_FIELDS
@@ -93,19 +94,23 @@ class S3FastReads:
                 return None  # aiohttp answers the 403, and counts it
         plain = RequestHead(head.method, f"{OBJECTS}{path}", Headers(
             {k: v for k, v in head.headers.items() if k in READ_FIELDS}), head.keep_alive)
-        amz = AmzConnection(conn, raw_path, self.spoke[S3_STATS].errors)
+        stats = self.spoke[S3_STATS]
+        amz = AmzConnection(conn, raw_path, stats.errors)
+        started = time.perf_counter()
         answer = self._objects(plain, amz)
         op = str((Operation.GET_OBJECT if head.method == "GET" else Operation.HEAD_OBJECT).value)
         if answer is None or isinstance(answer, Reply):
             if answer is not None:
-                self.spoke[S3_STATS].requests[op] += 1
+                _counted(stats, op, answer, started)
             return answer
-        return self._counted(answer, op)
+        return self._when_done(answer, stats, op, started)
 
-    async def _counted(self, answer: Awaitable[Reply | None], op: str) -> Reply | None:
+    async def _when_done(
+        self, answer: Awaitable[Reply | None], stats: S3Stats, op: str, started: float,
+    ) -> Reply | None:
         reply = await answer
         if reply is not None:
-            self.spoke[S3_STATS].requests[op] += 1
+            _counted(stats, op, reply, started)
         return reply
 
     def _object_path(self, raw_path: str) -> tuple[str, str] | None:
@@ -123,6 +128,12 @@ class S3FastReads:
             self._paths.clear()
         self._paths[raw_path] = named
         return named
+
+
+def _counted(stats: S3Stats, op: str, reply: Reply, started: float) -> None:
+    stats.requests[op] += 1
+    if reply.x_cache is not None and op == Operation.GET_OBJECT.value:
+        stats.observe(reply.x_cache, time.perf_counter() - started)
 
 
 def _fast_query(raw_query: str) -> bool:

@@ -23,6 +23,7 @@ from protocol.response import plan_response
 from protocol.s3.errors import InvalidArgument
 from service.body import send_plan
 from spoke.cache.keys import chunk_name, manifest_version
+from spoke.s3.stats import S3_STATS
 from spoke.serve import handlers
 from spoke.serve.objects import STALE_HEADERS, representation
 from spoke.upstream.errors import StaleVersion
@@ -98,7 +99,9 @@ async def _serve(
     started = time.perf_counter()
     response = await send_plan(request, prepared.plan, write_range,
                                _with(prepared.headers, extra))
-    reads.observe_latency(prepared.x_cache, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    reads.observe_latency(prepared.x_cache, elapsed)
+    main[S3_STATS].observe(prepared.x_cache, elapsed)
     return response
 
 

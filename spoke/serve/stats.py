@@ -9,10 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from service.metrics import AnySeries, Histogram, HistogramSeries, LabeledCounter, Series
+from service.metrics import (
+    AnySeries,
+    Histogram,
+    HistogramSeries,
+    LabeledCounter,
+    LabeledGauge,
+    Series,
+)
 from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
 from spoke.prefetch.warm import WarmJobs
+from spoke.tier.upstream import TierCounters, TieredUpstream
 from spoke.upstream.resilience import STATE_CODES
 
 _METRICS: dict[str, tuple[str, str, str]] = {
@@ -138,6 +146,9 @@ def stats_series(
         HistogramSeries("spoke_read_seconds", "loader read latency, by X-Cache outcome",
                         label="cache", by_label=read_latency),
     ]
+    # The tier's counters are there on a spoke outside a tier too (at 0), so that one
+    # dashboard serves both.
+    series += tier_series(cache.hub if isinstance(cache.hub, TieredUpstream) else None)
     return series
 
 
@@ -190,4 +201,52 @@ def stats_snapshot(
         background_errors=dict(cache.background_errors.counts),
         disk_write_errors=dict(cache.disk_errors.counts),
     )
+    if isinstance(cache.hub, TieredUpstream):
+        snapshot.update(tier_snapshot(cache.hub))
     return snapshot
+
+
+def tier_snapshot(tier: TieredUpstream) -> dict[str, object]:
+    """The tier's part of /stats: what peers brought (the hub bytes they saved), what
+    failed, what other spokes asked of this one, and each member's state and share."""
+    c = tier.counters
+    return {
+        "peer_fetches": c.peer_fetches, "peer_bytes": c.peer_bytes,
+        "peer_errors": c.peer_errors, "hub_bytes_saved": c.peer_bytes,
+        "hub_direct_fetches": c.hub_direct, "peer_requests_served": c.peers_asked_by,
+        "peer_prefetches": c.peer_prefetches,
+        "peer_prefetches_served": c.peer_prefetches_served, "peer_refused": c.peer_refused,
+        "peers": tier.membership.snapshot(),
+    }
+
+
+def tier_series(tier: TieredUpstream | None) -> list[AnySeries]:
+    """The tier's /metrics series (its counters only, at 0, for a spoke outside a tier)."""
+    c = tier.counters if tier is not None else TierCounters()
+    series: list[AnySeries] = [
+        Series("spoke_peer_fetches_total", "counter", "chunks fetched from their owner spoke",
+               lambda: c.peer_fetches),
+        Series("spoke_peer_bytes_total", "counter",
+               "chunk bytes fetched from peers: hub bytes the tier saved", lambda: c.peer_bytes),
+        Series("spoke_peer_errors_total", "counter",
+               "peer chunk fetches that failed and went to the next choice or the hub",
+               lambda: c.peer_errors),
+        Series("spoke_peer_requests_served_total", "counter",
+               "chunk requests other spokes of the tier sent this one",
+               lambda: c.peers_asked_by),
+        Series("spoke_peer_refused_total", "counter",
+               "peer requests refused without the tier's secret (a spoke with another one?)",
+               lambda: c.peer_refused),
+    ]
+    if tier is None:
+        return series
+    membership = tier.membership
+    return [
+        *series,
+        Series("spoke_tier_members", "gauge", "spokes in the tier, this one included",
+               lambda: len(membership.members) + 1),
+        LabeledGauge("spoke_peer_down", "1 while a peer's breaker keeps keys off it", "peer",
+                     membership.down),
+        LabeledGauge("spoke_peer_share", "share of the chunk keys a member owns", "peer",
+                     membership.shares),
+    ]

@@ -60,3 +60,16 @@ class Upstream(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class Placement(Protocol):
+    """Which chunks this spoke keeps, when it is one of a tier (:mod:`spoke.tier`): the
+    chunks other spokes own are served but not stored, so that the tier's cache is the
+    sum of its spokes'."""
+
+    def keeps(self, path: str, etag: str, index: int) -> bool: ...
+
+    async def prefetch_at_owner(self, manifest: Manifest, index: int) -> bool | None:
+        """Have the spoke that keeps chunk ``index`` fetch it (True if it had to); None
+        if no other spoke could be asked."""
+        ...

@@ -22,6 +22,11 @@ class HubUnavailable(HubError):
     retry_after_s: float | None = 1.0
 
 
+class UnavailableAnswer(HubUnavailable):
+    """The upstream answered 502, 503 or 504: it is there, what is behind it is not (for a
+    peer of the tier: its own hub fetch failed, which says nothing of the peer)."""
+
+
 class HubTimeout(HubError):
     """The hub did not answer in time."""
 

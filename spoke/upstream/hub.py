@@ -39,6 +39,7 @@ from spoke.upstream.errors import (
     HubUnavailable,
     ObjectChanging,
     StaleVersion,
+    UnavailableAnswer,
 )
 
 logger = logging.getLogger(__name__)
@@ -340,7 +341,7 @@ def _status_error(status: int, detail: str, path: str) -> Exception:
     if 400 <= status < 500:
         return HubRefused(f"hub answered {status} for {path!r}: {detail}")
     if status in (502, 503, 504):
-        return HubUnavailable(f"hub answered {status} for {path!r}")
+        return UnavailableAnswer(f"hub answered {status} for {path!r}")
     return BadGateway(f"hub answered {status} for {path!r}")
 
 

@@ -74,6 +74,15 @@ class CircuitBreaker:
         error.retry_after_s = max(remaining, 1.0)
         raise error
 
+    def would_admit(self) -> bool:
+        """Whether :meth:`before_call` would let a call through now (without taking the
+        half-open probe): closed, or open past its cool-down."""
+        if self.state == CLOSED:
+            return True
+        if self.state == HALF_OPEN:
+            return not self._probing
+        return self._clock() >= self._opened_at + self._reset_s
+
     def on_success(self) -> None:
         self.state = CLOSED
         self.failures = 0

@@ -205,6 +205,8 @@ async def test_metrics_count_s3_operations(
         text = await r.text()
     assert 'spoke_s3_requests_total{operation="GetObject"} 2.0' in text
     assert 'spoke_s3_errors_total{code="NoSuchKey"} 1.0' in text
+    assert 'spoke_s3_read_seconds_count{cache="miss"} 1.0' in text
+    assert 'spoke_read_seconds_count{cache="miss"} 1.0' in text  # both fronts' reads
 
 
 async def test_warm_ranged_reads_answer_alike_on_the_fast_path(
@@ -242,6 +244,9 @@ async def test_warm_ranged_reads_answer_alike_on_the_fast_path(
                                                      "cache-control")})
         assert answers[0] == answers[1]
     assert answered.count(True) == 4  # each plain read once, on the fast path
+    async with http.get(f"{front.spoke.url}/metrics") as r:
+        text = await r.text()
+    assert 'spoke_s3_read_seconds_count{cache="hit"} 8.0' in text  # both paths time reads
 
 
 async def test_fast_path_errors_are_s3_xml(
