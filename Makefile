@@ -55,8 +55,11 @@ locust: venv
 soak: venv
 	$(BIN)/python -m loadtest.soak --minutes 10 --out reports/soak $(ARGS)
 
+# The S3 front end's rows (S3 against /objects of the same spoke) follow, in s3.md beside
+# report.md; they take the run's --quick, not its other flags.
 bench: venv
 	$(BIN)/python -m loadtest.bench --out reports/bench $(ARGS)
+	$(BIN)/python -m loadtest.bench_s3 --out reports/bench $(filter --quick,$(ARGS))
 
 simulate: venv
 	$(BIN)/python -m loadtest.simulate $(ARGS)
