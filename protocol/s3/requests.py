@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote
@@ -70,11 +71,17 @@ _READS = ("GET", "HEAD")
 _S3_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 
+BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def parse_query(raw_query: str) -> dict[str, str]:
     """The query's parameters (a name without ``=`` has the value ``""``). Raises
     :class:`InvalidArgument` for bad percent-encodings, repeats and floods."""
     if not raw_query:
         return {}
+    if BAD_PERCENT.search(raw_query):
+        # parse_qsl keeps a bad escape as it is: "%zz" would name a parameter.
+        raise InvalidArgument("the query string has a bad percent-encoding")
     try:
         pairs = parse_qsl(raw_query, keep_blank_values=True, strict_parsing=False,
                           errors="strict", max_num_fields=MAX_QUERY_PARAMS)

@@ -168,6 +168,9 @@ def _verify(
     keys: Mapping[str, S3Key], now: datetime.datetime, max_skew_s: int, service: str,
 ) -> tuple[_Signed, S3Key]:
     query = _split_query(raw_query)
+    if sum(1 for key, _ in pairs if key == "authorization") > 1:
+        # Which one a proxy on the way would read is anyone's guess: refused, as S3 does.
+        raise S3AuthError("AuthorizationHeaderMalformed", "more than one Authorization header")
     authorization = _header(pairs, "authorization")
     query_names = {name for name, _ in query}
     if authorization is not None and query_names & AUTH_QUERY_PARAMS - {"X-Amz-Content-Sha256"}:

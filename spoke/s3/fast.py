@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Awaitable, Sequence
+from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
 from protocol.s3 import xml
-from protocol.s3.requests import Operation, bucket_from_host, target
+from protocol.s3.requests import BAD_PERCENT, Operation, bucket_from_host, target
 from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
@@ -178,9 +179,25 @@ def _counted(stats: S3Stats, op: str, reply: Reply, started: float) -> None:
 
 
 def _fast_query(raw_query: str) -> bool:
+    """Whether the query is one the fast path answers: only names it knows, with values
+    that decode (anything else goes to the S3 app, whose query parser refuses it)."""
     if not raw_query:
         return True
-    return all(p.partition("=")[0] in FAST_PARAMS for p in raw_query.split("&"))
+    for part in raw_query.split("&"):
+        name, _, value = part.partition("=")
+        if name not in FAST_PARAMS or ("%" in value and not _decodes(value)):
+            return False
+    return True
+
+
+def _decodes(value: str) -> bool:
+    if BAD_PERCENT.search(value):
+        return False
+    try:
+        unquote_to_bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _s3_problem(conn: FastConnection, head: RequestHead, exc: ProtocolError) -> Reply:
