@@ -22,6 +22,7 @@ import bisect
 import math
 import secrets
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ from spoke.cache.keys import ChunkKey
 
 # Bounds what one plan may cost the spoke: 4M reads is a 64 GiB epoch of 16 KiB samples.
 MAX_PLAN_READS = 4_000_000
+# How far out of order the cursor takes reads to come, in reads: beyond a DataLoader's
+# prefetch window (workers x prefetch_factor x batch) with room to spare.
+DEFAULT_WINDOW = 2048
 
 
 class PlanNotFound(ProtocolError):
@@ -51,10 +55,36 @@ class ReadPlan:
     """One job's planned reads, the chunks they touch, and how far its readers are.
 
     Positions are read indices in the plan. The cursor is learnt from the reads
-    themselves: a read is recognised by its object and start offset, which are
-    unique within an epoch, so several workers reading slightly out of order move
-    the cursor to the furthest read seen without ever jumping to a later epoch.
+    themselves (:meth:`observe`); a read is recognised by its object and start offset,
+    which are unique within an epoch but recur once per epoch the plan covers.
+
+    The cursor follows the readers through any number of epochs without sticking or
+    jumping, despite reads that come out of order (a DataLoader's workers and prefetch
+    queue), late (a retry) or not from the plan at all:
+
+    * an *anchor* trails the readers: the median of the positions of the last
+      ``_RECENT`` recognised reads, which off-plan reads that happen to match cannot
+      drag far while they are under half of them;
+    * a read is looked for only in ``[anchor - window, anchor + window]``, as the
+      occurrence nearest the cursor there; found nowhere in it, it is off-plan and
+      ignored, whatever occurrence it has further on (a stray read once jumped the
+      cursor epochs ahead);
+    * the cursor moves to a recognised read that the cursor or another recent read backs
+      (lies within ``_SUPPORT`` positions of it), never past ``anchor + window``: a lone
+      stray far ahead cannot move it, readers in order or shuffled within the window do;
+    * when three in four of the last ``_RESYNC`` reads were found only further ahead,
+      close together (the readers skipped part of the plan), the cursor jumps there.
+
+    So the cursor never passes the readers by more than the window, and reaches the
+    end with them.
     """
+
+    # Recognised reads the anchor is the median of, and the ones a move needs backing from.
+    _RECENT = 32
+    # Positions apart that two recognised reads back each other.
+    _SUPPORT = 64
+    # Consecutive reads found only ahead of the window that resync the cursor to them.
+    _RESYNC = 16
 
     def __init__(
         self,
@@ -65,9 +95,12 @@ class ReadPlan:
         where: dict[str, tuple[Manifest, int]],
         tenant: str = "",
         on_move: Callable[[], None] = lambda: None,
+        window: int = DEFAULT_WINDOW,
+        job: str = "",
     ) -> None:
         self.id = plan_id
         self.tenant = tenant
+        self.job = job
         self.reads = len(reads)
         self.where = where
         self._names = names
@@ -85,9 +118,21 @@ class ReadPlan:
         order = sorted(range(len(reads)), key=lambda i: reads[i])
         self._keys = array("q", (_key(*reads[i]) for i in order))
         self._key_positions = array("l", order)
-        # A read up to this far behind the cursor is a late worker, not a new epoch.
-        self._slack = max(1, min(4096, len(reads) // 4))
+        # Under half an epoch (as many reads as distinct ones), so that the window rarely
+        # holds two occurrences of a read: a plan of small epochs narrows it.
+        distinct = sum(1 for i in range(len(self._keys))
+                       if i == 0 or self._keys[i] != self._keys[i - 1])
+        self.window = max(1, min(window, (distinct - 1) // 2))
         self.cursor = 0
+        self.anchor = 0
+        # Short enough that the anchor, which lags the readers by half of it, stays well
+        # inside a narrow window.
+        self._recent: deque[int] = deque(maxlen=max(1, min(self._RECENT, self.window)))
+        # Of the last _RESYNC reads, where each occurs beyond the window (empty if it was
+        # recognised, or occurs nowhere ahead).
+        self._ahead: deque[tuple[int, ...]] = deque(maxlen=self._RESYNC)
+        self.off_plan = 0  # reads not recognised (counted, for /stats and tests)
+        self.observed = 0  # reads observed, recognised or not
         self.on_move = on_move  # told each time the cursor moves on (wakes the prefetcher)
 
     def __len__(self) -> int:
@@ -98,26 +143,76 @@ class ReadPlan:
         return len(self._names)
 
     def observe(self, object_id: int, offset: int) -> None:
-        """A read of ``offset`` in object ``object_id`` arrived: move the cursor to it."""
+        """A read of ``offset`` in object ``object_id`` arrived: move the cursor on
+        if the readers have (see the class docstring)."""
+        self.observed += 1
         key = _key(object_id, offset)
         lo = bisect.bisect_left(self._keys, key)
         hi = bisect.bisect_right(self._keys, key, lo)
+        floor, ceiling = self.anchor - self.window, self.anchor + self.window
         cursor = self.cursor
-        floor = cursor - self._slack
+        recent = self._recent
         best = None
-        best_gap = 0
-        # The occurrence nearest the cursor, ties to the later one: early in an epoch a
-        # read of a sample also read late in the epoch before is this epoch's, not a
-        # late worker's (taking the earliest within the slack stalled the cursor there).
+        best_rank = (0, 0)
+        ahead: list[int] = []
         for i in range(lo, hi):  # a handful: one per epoch the plan covers
             position = self._key_positions[i]
             if position < floor:
                 continue
-            gap = position - cursor if position >= cursor else cursor - position
-            if best is None or gap < best_gap or (gap == best_gap and position > best):
-                best, best_gap = position, gap
-        if best is not None and best > self.cursor:
-            self.cursor = best
+            if position > ceiling:
+                ahead.append(position)
+                continue
+            # Nearest the cursor, but a read just recognised again is its next occurrence
+            # when there is one in the window (a plan whose epochs are a read or two).
+            rank = (position in recent, abs(position - cursor))
+            if best is None or rank < best_rank or (rank == best_rank and position > best):
+                best, best_rank = position, rank
+        self._ahead.append(() if best is not None else tuple(ahead))
+        if best is None:
+            self.off_plan += 1
+            self._resync()
+            return
+        self._recognised(best)
+
+    def _recognised(self, position: int) -> None:
+        recent = self._recent
+        support = self._SUPPORT
+        backed = abs(position - self.cursor) <= support or any(
+            abs(position - other) <= support for other in recent)
+        recent.append(position)
+        ranked = sorted(recent)
+        self.anchor = max(self.anchor, ranked[(len(ranked) - 1) // 2])
+        if not backed:
+            # The read may back a lone earlier one: the furthest so backed may move it.
+            position = max((p for p in recent if p != position
+                            and abs(p - position) <= support), default=-1)
+        target = min(position, self.anchor + self.window)
+        if target > self.cursor:
+            self.cursor = target
+            self.on_move()
+
+    def _resync(self) -> None:
+        """Jump to where most of the last reads occur beyond the window, if one place
+        holds three in four of them: the readers skipped part of the plan."""
+        history = self._ahead
+        needed = self._RESYNC * 3 // 4
+        if len(history) < self._RESYNC or sum(1 for found in history if found) < needed:
+            return
+        window = self.window
+        for candidate in history[-1]:  # ascending: the earliest place that qualifies
+            near = [min(p for p in found if abs(p - candidate) <= window)
+                    for found in history if any(abs(p - candidate) <= window for p in found)]
+            if len(near) >= needed:
+                self._jump(min(near))
+                return
+
+    def _jump(self, position: int) -> None:
+        self._ahead.clear()
+        self._recent.clear()
+        self._recent.append(position)
+        self.anchor = position
+        if position > self.cursor:
+            self.cursor = position
             self.on_move()
 
     def next_use(self, name: str) -> float:
