@@ -37,6 +37,8 @@ MAX_PLAN_READS = 4_000_000
 # How far out of order the cursor takes reads to come, in reads: beyond a DataLoader's
 # prefetch window (workers x prefetch_factor x batch) with room to spare.
 DEFAULT_WINDOW = 2048
+# Reads over which a plan's share of the book's reads is averaged.
+_GAP_MEMORY = 256
 
 
 class PlanNotFound(ProtocolError):
@@ -82,7 +84,7 @@ class ReadPlan:
     # Recognised reads the anchor is the median of, and the ones a move needs backing from.
     _RECENT = 32
     # Positions apart that two recognised reads back each other.
-    _SUPPORT = 64
+    _SUPPORT = 16
     # Consecutive reads found only ahead of the window that resync the cursor to them.
     _RESYNC = 16
 
@@ -118,11 +120,13 @@ class ReadPlan:
         order = sorted(range(len(reads)), key=lambda i: reads[i])
         self._keys = array("q", (_key(*reads[i]) for i in order))
         self._key_positions = array("l", order)
-        # Under half an epoch (as many reads as distinct ones), so that the window rarely
-        # holds two occurrences of a read: a plan of small epochs narrows it.
+        # Under half an epoch (as many reads as distinct ones) when reads recur, so that
+        # the window rarely holds two occurrences of a read: small epochs narrow it.
         distinct = sum(1 for i in range(len(self._keys))
                        if i == 0 or self._keys[i] != self._keys[i - 1])
-        self.window = max(1, min(window, (distinct - 1) // 2))
+        if distinct < self.reads:
+            window = min(window, (distinct - 1) // 2)
+        self.window = max(1, window)
         self.cursor = 0
         self.anchor = 0
         # Short enough that the anchor, which lags the readers by half of it, stays well
@@ -133,6 +137,9 @@ class ReadPlan:
         self._ahead: deque[tuple[int, ...]] = deque(maxlen=self._RESYNC)
         self.off_plan = 0  # reads not recognised (counted, for /stats and tests)
         self.observed = 0  # reads observed, recognised or not
+        # The book's reads per read of this plan, a moving average; its clock at our last.
+        self.gap = 1.0
+        self._last_tick = 0
         self.on_move = on_move  # told each time the cursor moves on (wakes the prefetcher)
 
     def __len__(self) -> int:
@@ -142,9 +149,18 @@ class ReadPlan:
     def distinct_chunks(self) -> int:
         return len(self._names)
 
-    def observe(self, object_id: int, offset: int) -> None:
-        """A read of ``offset`` in object ``object_id`` arrived: move the cursor on
-        if the readers have (see the class docstring)."""
+    @property
+    def started(self) -> bool:
+        """Whether any read of the plan has come."""
+        return self.observed > 0
+
+    def observe(self, object_id: int, offset: int, tick: int | None = None) -> None:
+        """A read of ``offset`` in object ``object_id`` arrived, at the book's clock
+        ``tick``: move the cursor on if the readers have (see the class docstring)."""
+        if tick is not None:
+            if self.observed:
+                self.gap += (tick - self._last_tick - self.gap) / _GAP_MEMORY
+            self._last_tick = tick
         self.observed += 1
         key = _key(object_id, offset)
         lo = bisect.bisect_left(self._keys, key)
@@ -176,12 +192,15 @@ class ReadPlan:
 
     def _recognised(self, position: int) -> None:
         recent = self._recent
+        if position in recent:
+            return  # a retry, or a stray of a read just made: it says nothing new
         support = self._SUPPORT
         backed = abs(position - self.cursor) <= support or any(
             abs(position - other) <= support for other in recent)
         recent.append(position)
-        ranked = sorted(recent)
-        self.anchor = max(self.anchor, ranked[(len(ranked) - 1) // 2])
+        if len(recent) == recent.maxlen:  # a median of a few is a stray's to move
+            ranked = sorted(recent)
+            self.anchor = max(self.anchor, ranked[(len(ranked) - 1) // 2])
         if not backed:
             # The read may back a lone earlier one: the furthest so backed may move it.
             position = max((p for p in recent if p != position
@@ -247,34 +266,83 @@ def _key(object_id: int, offset: int) -> int:
 
 
 class PlanBook:
-    """Every active plan of one spoke: the chunks each touches and where its readers are."""
+    """Every active plan of one spoke: the chunks each touches and where its readers are.
+
+    Distances are on one time scale for all plans, so that Belady's rule holds across
+    them (the next use of a chunk is the soonest over every plan): the book's clock
+    counts the reads it observes, of any plan, and each plan's distance in its own
+    reads is scaled by how many of the book's reads go by per read of that plan (its
+    ``gap``, learnt as it reads). A plan not started yet that follows an unfinished one
+    of the same job (say, the next epoch, registered ahead) starts when that one ends.
+    """
 
     def __init__(self) -> None:
         self._plans: dict[str, ReadPlan] = {}
         self._object_ids: dict[str, int] = {}  # object path -> small int, for read keys
+        self.clock = 0  # reads observed, of every plan
+        self._starts: dict[str, tuple[float, float]] = {}  # plan -> (start, gap), per clock
+        self._starts_clock = -1
 
     def next_use(self, name: object) -> float:
-        """Distance to the next planned use of chunk ``name`` across all plans."""
+        """Time, in the book's reads, until chunk ``name``'s next planned use by any plan;
+        ``inf`` if no plan needs it again."""
         if not self._plans or not isinstance(name, str):
             return math.inf
-        return min(plan.next_use(name) for plan in self._plans.values())
+        starts = self._timing()
+        best = math.inf
+        for plan in self._plans.values():
+            distance = plan.next_use(name)
+            if distance != math.inf:
+                start, gap = starts[plan.id]
+                best = min(best, start + distance * gap)
+        return best
 
     def owner(self, name: object) -> str | None:
         """The plan that needs chunk ``name`` soonest; None if no plan needs it again."""
         best: tuple[float, str] | None = None
         if isinstance(name, str):
+            starts = self._timing()
             for plan_id, plan in self._plans.items():
-                distance = plan.next_use(name)
+                start, gap = starts[plan_id]
+                distance = start + plan.next_use(name) * gap
                 if not math.isinf(distance) and (best is None or distance < best[0]):
                     best = (distance, plan_id)
         return None if best is None else best[1]
 
+    def _timing(self) -> dict[str, tuple[float, float]]:
+        """Each plan's (start, gap): when its cursor's read happens, from now, and the
+        book's reads per read of it. Recomputed once per clock tick."""
+        if self._starts_clock == self.clock and len(self._starts) == len(self._plans):
+            return self._starts
+        running = [plan.gap for plan in self._plans.values() if plan.started]
+        default_gap = sum(running) / len(running) if running else 1.0
+        starts: dict[str, tuple[float, float]] = {}
+        ends: dict[tuple[str, str], tuple[float, float]] = {}  # job -> its last plan's end
+        for plan in self._plans.values():  # in the order they were made
+            job = (plan.tenant, plan.job)
+            before = ends.get(job) if plan.job else None
+            if plan.started or before is None:
+                start, gap = 0.0, plan.gap if plan.started else default_gap
+            else:
+                start, gap = before
+            if plan.finished:
+                starts[plan.id] = (start, gap)
+                continue
+            starts[plan.id] = (start, gap)
+            ends[job] = (start + (plan.reads - plan.cursor) * gap, gap)
+        self._starts, self._starts_clock = starts, self.clock
+        return starts
+
     def add(
         self, reads: Iterable[PlannedRead], manifests: Mapping[str, Manifest], tenant: str = "",
-        on_move: Callable[[], None] = lambda: None,
+        on_move: Callable[[], None] = lambda: None, *, job: str = "",
+        window: int = DEFAULT_WINDOW,
     ) -> ReadPlan:
         """Book ``tenant``'s plan of ``reads``, each read against its object's manifest
-        in ``manifests``; ``on_move`` is told whenever the plan's cursor moves on."""
+        in ``manifests``; ``on_move`` is told whenever the plan's cursor moves on. Plans
+        of one ``job`` (non-empty) follow one another: one not started yet is taken to
+        start when the job's plan before it ends. ``window``: how far out of order
+        reads may come (:class:`ReadPlan`)."""
         planned: list[tuple[int, int]] = []
         touched: list[list[int]] = []
         names: dict[str, int] = {}
@@ -294,7 +362,7 @@ class PlanBook:
             planned.append((object_id, read.offset))
             touched.append(chunks)
         plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant,
-                        on_move)
+                        on_move, window=window, job=job)
         self._plans[plan.id] = plan
         return plan
 
@@ -316,7 +384,8 @@ class PlanBook:
         object_id = self._object_ids.get(path)
         if plan is not None and plan.tenant == tenant and object_id is not None:
             for offset in offsets:
-                plan.observe(object_id, offset)
+                self.clock += 1
+                plan.observe(object_id, offset, self.clock)
 
     def remove(self, plan_id: str) -> None:
         del self._plans[plan_id]

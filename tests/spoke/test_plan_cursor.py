@@ -91,7 +91,7 @@ def shuffled(count: int, samples: int, seed: int) -> list[int]:
 @settings(max_examples=150, deadline=None)
 @given(
     epochs_count=st.integers(1, 8),
-    samples=st.integers(1, 600),
+    samples=st.integers(16, 600),
     noise=st.sampled_from([0.0, 0.02, 0.1]),
     reorder_share=st.floats(0, 1),
     seed=st.integers(0, 2**16),
