@@ -51,8 +51,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from protocol.manifest import Manifest
+from spoke.cache.keys import ChunkKey
 from spoke.policy import POLICY_NAMES, EvictionPolicy, make_policy
 from spoke.policy.plan_aware import PlanAwarePolicy
+from spoke.prefetch.plans import PlanBook, PlannedRead
 
 __all__ = [
     "CHUNK",
@@ -477,6 +480,59 @@ def zipf_objects(
     return trace, corpus_bytes
 
 
+
+def loop_trace(n_chunks: int, loops: int, *, job: str = "loop") -> list[Req]:
+    """A sequential loop: chunks ``0 .. n_chunks - 1`` in order, ``loops`` times (labels
+    ``job@loop``). LRU misses every read once the cache is smaller than the loop; OPT
+    keeps a fixed part of it."""
+    return [Req(key, CHUNK, f"{job}@{loop}") for loop in range(1, loops + 1)
+            for key in range(n_chunks)]
+
+
+def growing_epochs(n_chunks: int, epochs: int, growth: float, *, seed: int,
+                   job: str = "train") -> list[Req]:
+    """Shuffled epochs over a dataset that grows: epoch e reads the first
+    ``n_chunks * (1 + growth * (e - 1))`` chunks (new shards appended as they land)."""
+    rng = random.Random(seed)
+    trace: list[Req] = []
+    for epoch in range(1, epochs + 1):
+        keys = list(range(int(n_chunks * (1 + growth * (epoch - 1)))))
+        rng.shuffle(keys)
+        trace.extend(Req(key, CHUNK, f"{job}@{epoch}") for key in keys)
+    return trace
+
+
+def noisy_epochs(
+    n_chunks: int, epochs: int, *, seed: int, noise: float, reorder: int, job: str = "train",
+) -> tuple[list[Req], list[list[Hashable]]]:
+    """Shuffled epochs read the way a DataLoader reads a registered plan, and the plan.
+
+    Each read is displaced by up to ``reorder`` places (workers and their prefetch
+    queues), and a share ``noise`` of all reads are off-plan: half of them a chunk of
+    the dataset at random (a retry, an evaluation pass), half a chunk of a small
+    evaluation set no plan mentions (keys from ``n_chunks`` on, a tenth as many).
+    Returns the trace and the plan: each epoch's keys in registered order.
+    """
+    rng = random.Random(seed)
+    keys = list(range(n_chunks))
+    extra = max(1, n_chunks // 10)
+    stray_odds = noise / (1 - noise)  # strays per planned read, for a share ``noise``
+    trace: list[Req] = []
+    plan: list[list[Hashable]] = []
+    for epoch in range(1, epochs + 1):
+        rng.shuffle(keys)
+        plan.append(list(keys))
+        label = f"{job}@{epoch}"
+        order = sorted(range(n_chunks), key=lambda i: i + rng.uniform(0, reorder))
+        for i in order:
+            while rng.random() < stray_odds / (1 + stray_odds):
+                stray = rng.randrange(n_chunks) if rng.random() < 0.5 else (
+                    n_chunks + rng.randrange(extra))
+                trace.append(Req(stray, CHUNK, label))
+            trace.append(Req(keys[i], CHUNK, label))
+    return trace, plan
+
+
 # --- scenarios and the table ------------------------------------------------------------
 
 
@@ -490,7 +546,8 @@ class Scenario:
 
     label: str
     description: str
-    kind: str  # "epochs", "scan", "jobs" or "zipf"
+    # "epochs", "scan", "jobs", "zipf", "loop", "growing", "noisy" or "jobs-epoch"
+    kind: str
     params: tuple[tuple[str, Any], ...]
     capacities: tuple[float, ...]
 
@@ -502,6 +559,10 @@ class Built:
     trace: list[Req]
     dataset_bytes: int
     warmup: int
+    # Each planned job's registered plan, epoch by epoch; None: the trace's own reads
+    # of every job but "scan" (the plan told the truth).
+    plans: dict[str, list[list[Hashable]]] | None = None
+    registration: str = "whole"  # "whole": one plan of every epoch; "epoch": one ahead
 
 
 def build(scenario: Scenario) -> Built:
@@ -519,11 +580,30 @@ def build(scenario: Scenario) -> Built:
     if scenario.kind == "zipf":
         trace, corpus = zipf_objects(p["n_objects"], p["alpha"], p["n_requests"], seed=p["seed"])
         return Built(trace, corpus, 0)
+    if scenario.kind == "loop":
+        n = p["n_chunks"]
+        return Built(loop_trace(n, p["epochs"]), n * CHUNK, n)
+    if scenario.kind == "growing":
+        n = p["n_chunks"]
+        trace = growing_epochs(n, p["epochs"], p["growth"], seed=p["seed"])
+        return Built(trace, len({r.key for r in trace}) * CHUNK, n)
+    if scenario.kind == "noisy":
+        n = p["n_chunks"]
+        trace, plan = noisy_epochs(n, p["epochs"], seed=p["seed"], noise=p["noise"],
+                                   reorder=p["reorder"])
+        first = next(i for i, r in enumerate(trace) if r.job.endswith("@2"))
+        return Built(trace, n * CHUNK, first, plans={"train": plan})
+    if scenario.kind == "jobs-epoch":
+        trace, warmup = multi_job_epochs(p["jobs"], seed=p["seed"], label_epochs=True)
+        return Built(trace, sum({r.key: r.size for r in trace}.values()), warmup,
+                     registration="epoch")
     raise ValueError(f"unknown scenario kind {scenario.kind!r}")
 
 
 def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
-    """The traces of the report: (a) epochs, (b) epochs + scan, (c) 3 jobs, (d) Zipf."""
+    """The traces of the report: (a) epochs, (b) epochs + scan, (c) 3 jobs, (c/epoch) the
+    same registering one epoch ahead, (d) Zipf, (e) a loop, (f) a growing dataset, (g)
+    a noisy plan."""
     n = 2_000 if quick else 12_000  # chunks in the training dataset
     epochs = 4 if quick else 10
     fractions = (0.25, 0.5, 0.9, 1.1)
@@ -536,7 +616,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
             f"shuffled epochs: {n} chunks x {epochs} epochs, 4 MiB chunks",
             "epochs",
             (("n_chunks", n), ("epochs", epochs), ("seed", seed)),
-            fractions,
+            (0.1, *fractions),
         ),
         Scenario(
             "b",
@@ -550,7 +630,14 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
             f"3 concurrent jobs, one cache: {per_job}; partial last chunks",
             "jobs",
             (("jobs", jobs), ("seed", seed + 2)),
-            (0.25, 0.5, 0.9),
+            (0.1, 0.25, 0.5, 0.9),
+        ),
+        Scenario(
+            "c/epoch",
+            "(c), each job registering one epoch at a time, one epoch ahead",
+            "jobs-epoch",
+            (("jobs", jobs), ("seed", seed + 2)),
+            (0.1, 0.25, 0.5, 0.9),
         ),
         *(
             Scenario(
@@ -567,6 +654,30 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
                 (0.1, 0.25),
             )
             for alpha in (0.8, 1.0)
+        ),
+        Scenario(
+            "e",
+            f"a sequential loop over {n} chunks, {epochs} times",
+            "loop",
+            (("n_chunks", n), ("epochs", epochs)),
+            (0.05, 0.1, 0.25),
+        ),
+        Scenario(
+            "f",
+            f"shuffled epochs over a growing dataset: {n // 2} chunks, 25 % more each epoch, "
+            f"{epochs} epochs",
+            "growing",
+            (("n_chunks", n // 2), ("epochs", epochs), ("growth", 0.25), ("seed", seed + 4)),
+            (0.25, 0.5),
+        ),
+        Scenario(
+            "g",
+            f"(a)'s job as a DataLoader reads its plan: 10 % of reads off-plan, each read up "
+            f"to 64 places out of order; {n} chunks x {epochs} epochs",
+            "noisy",
+            (("n_chunks", n), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
+             ("seed", seed + 5)),
+            (0.1, 0.25, 0.5, 0.9),
         ),
     ]
 
@@ -647,13 +758,108 @@ class TracePlan:
 
 
 def simulate_with_plan(name: str, trace: Trace, capacity: int, *, warmup: int) -> Result:
-    """Policy ``name`` wrapped in the spoke's plan-aware eviction, the plan known."""
+    """Policy ``name`` wrapped in the spoke's plan-aware eviction, with an oracle's plan
+    (the trace's own future, :class:`TracePlan`): what a perfect cursor would give."""
     plan = TracePlan(trace)
 
     def factory(capacity_bytes: int) -> EvictionPolicy[Any]:
         return PlanAwarePolicy(make_policy(name, capacity_bytes), plan)
 
     return simulate(factory, trace, capacity, warmup=warmup, tick=plan.tick, bypass_ok=True)
+
+
+def plans_of(trace: Sequence[Req], unplanned: frozenset[str] = frozenset({"scan"})
+             ) -> dict[str, list[list[Hashable]]]:
+    """Each job's reads, epoch by epoch (labels ``job@epoch``): the plan of a job whose
+    loader told the spoke the truth."""
+    plans: dict[str, dict[int, list[Hashable]]] = {}
+    for request in trace:
+        job, _, epoch = request.job.partition("@")
+        if job not in unplanned:
+            plans.setdefault(job, {}).setdefault(int(epoch or 1), []).append(request.key)
+    return {job: [epochs[e] for e in sorted(epochs)] for job, epochs in plans.items()}
+
+
+class BookReplay:
+    """The spoke's own plan engine, driven by a replay: a :class:`PlanBook` holding each
+    job's plan, each planned job's reads observed as the spoke observes them (each chunk
+    is one object of one chunk, so a read is its key), the book's ``next_use`` handed to
+    :class:`PlanAwarePolicy`.
+
+    With ``registration="whole"`` a job registers all its epochs as one plan before its
+    first read; with ``"epoch"`` it registers each epoch as a plan of its own, one epoch
+    ahead (epochs 1 and 2 first, epoch e + 1 when it starts epoch e, dropping e - 1), as
+    ``PlannedSampler`` does.
+    """
+
+    def __init__(self, built: Built) -> None:
+        self.trace = built.trace
+        self.plans = built.plans if built.plans is not None else plans_of(built.trace)
+        self.registration = built.registration
+        self.book = PlanBook()
+        sizes = {r.key: r.size for r in built.trace}
+        self._paths = {key: f"k{key}" for key in sizes}
+        self._manifests = {
+            path: Manifest(path=path, size=sizes[key], etag='"1"', chunk_size=CHUNK,
+                           digest_alg="sha256", digests=(bytes(32),))
+            for key, path in self._paths.items()
+        }
+        self._names = {key: ChunkKey.of(self._manifests[path], 0).name
+                       for key, path in self._paths.items()}
+        self._sizes = sizes
+        self._live: dict[tuple[str, int], str] = {}  # (job, epoch) -> plan id
+        self._epoch: dict[str, int] = {}  # job -> the epoch it reads
+        if self.registration == "whole":
+            for job, epochs in self.plans.items():
+                self._register(job, 0, [key for epoch in epochs for key in epoch])
+        else:
+            for job, epochs in self.plans.items():
+                for number in (1, 2):
+                    if number <= len(epochs):
+                        self._register(job, number, epochs[number - 1])
+
+    def _register(self, job: str, epoch: int, keys: list[Hashable]) -> None:
+        reads = [PlannedRead(self._paths[key], 0, self._sizes[key]) for key in keys]
+        self._live[(job, epoch)] = self.book.add(reads, self._manifests, job=job).id
+
+    def next_use(self, key: Any) -> float:
+        return self.book.next_use(self._names.get(key))
+
+    def tick(self, index: int) -> None:
+        request = self.trace[index]
+        job, _, label = request.job.partition("@")
+        epochs = self.plans.get(job)
+        if epochs is None:
+            return
+        epoch = int(label or 1)
+        if self.registration == "whole":
+            plan_id = self._live[(job, 0)]
+        else:
+            if self._epoch.get(job) != epoch:
+                self._epoch[job] = epoch
+                if epoch + 1 <= len(epochs) and (job, epoch + 1) not in self._live:
+                    self._register(job, epoch + 1, epochs[epoch])
+                old = self._live.pop((job, epoch - 1), None)
+                if old is not None:
+                    self.book.remove(old)
+            plan_id = self._live[(job, epoch)]
+        self.book.observe(plan_id, "", self._paths[request.key], [0])
+
+
+def simulate_with_book(name: str, built: Built, capacity: int) -> Result:
+    """Policy ``name`` under plan-aware eviction fed by the spoke's real plan engine
+    (:class:`BookReplay`): the cursor learnt from the reads, the plans as registered."""
+    replay = BookReplay(built)
+
+    def factory(capacity_bytes: int) -> EvictionPolicy[Any]:
+        return PlanAwarePolicy(make_policy(name, capacity_bytes), replay.next_use)
+
+    return simulate(factory, built.trace, capacity, warmup=built.warmup, tick=replay.tick,
+                    bypass_ok=True)
+
+
+# Traces of training jobs, replayed with plans as well.
+PLANNED_KINDS = frozenset({"epochs", "scan", "jobs", "loop", "growing", "noisy", "jobs-epoch"})
 
 
 def run_case(scenario: Scenario, fraction: float) -> list[Row]:
@@ -669,9 +875,9 @@ def run_case(scenario: Scenario, fraction: float) -> list[Row]:
     for name, factory in policy_factories().items():
         result = simulate(factory, built.trace, capacity, warmup=built.warmup)
         rows.append(Row(scenario, fraction, name, result, optimum))
-    if scenario.kind in ("epochs", "scan", "jobs"):
+    if scenario.kind in PLANNED_KINDS:
         for name in POLICY_NAMES:
-            result = simulate_with_plan(name, built.trace, capacity, warmup=built.warmup)
+            result = simulate_with_book(name, built, capacity)
             rows.append(Row(scenario, fraction, f"{name}+plan", result, optimum))
     return rows
 
