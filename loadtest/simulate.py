@@ -93,6 +93,7 @@ __all__ = [
 ]
 
 CHUNK = 4 << 20  # the hub's default chunk size (hub.config.DEFAULT_CHUNK_SIZE)
+OFF_PLAN = "~off"  # a job's label suffix for its reads its plan did not list
 
 
 class Req(NamedTuple):
@@ -504,13 +505,16 @@ def growing_epochs(n_chunks: int, epochs: int, growth: float, *, seed: int,
 
 def noisy_epochs(
     n_chunks: int, epochs: int, *, seed: int, noise: float, reorder: int, job: str = "train",
+    strays: str = "local",
 ) -> tuple[list[Req], list[list[Hashable]]]:
     """Shuffled epochs read the way a DataLoader reads a registered plan, and the plan.
 
     Each read is displaced by up to ``reorder`` places (workers and their prefetch
-    queues), and a share ``noise`` of all reads are off-plan: half of them a chunk of
-    the dataset at random (a retry, an evaluation pass), half a chunk of a small
-    evaluation set no plan mentions (keys from ``n_chunks`` on, a tenth as many).
+    queues), and a share ``noise`` of all reads are off-plan: half of them a chunk of a
+    small evaluation set no plan mentions (keys from ``n_chunks`` on, a tenth as many),
+    half a chunk of the dataset: with ``strays="local"`` one of the last ``reorder``
+    chunks read (a retry, a sample read twice), with ``"random"`` any chunk at random
+    (which no online policy can foresee: OPT hits them, a plan cannot).
     Returns the trace and the plan: each epoch's keys in registered order.
     """
     rng = random.Random(seed)
@@ -522,13 +526,17 @@ def noisy_epochs(
     for epoch in range(1, epochs + 1):
         rng.shuffle(keys)
         plan.append(list(keys))
-        label = f"{job}@{epoch}"
+        label, off_label = f"{job}@{epoch}", f"{job}{OFF_PLAN}@{epoch}"
         order = sorted(range(n_chunks), key=lambda i: i + rng.uniform(0, reorder))
         for i in order:
             while rng.random() < stray_odds / (1 + stray_odds):
-                stray = rng.randrange(n_chunks) if rng.random() < 0.5 else (
-                    n_chunks + rng.randrange(extra))
-                trace.append(Req(stray, CHUNK, label))
+                if rng.random() < 0.5:
+                    stray = n_chunks + rng.randrange(extra)
+                elif strays == "random" or not trace:
+                    stray = rng.randrange(n_chunks)
+                else:
+                    stray = trace[-1 - rng.randrange(min(len(trace), max(1, reorder)))].key
+                trace.append(Req(stray, CHUNK, off_label))
             trace.append(Req(keys[i], CHUNK, label))
     return trace, plan
 
@@ -590,7 +598,7 @@ def build(scenario: Scenario) -> Built:
     if scenario.kind == "noisy":
         n = p["n_chunks"]
         trace, plan = noisy_epochs(n, p["epochs"], seed=p["seed"], noise=p["noise"],
-                                   reorder=p["reorder"])
+                                   reorder=p["reorder"], strays=p["strays"])
         first = next(i for i, r in enumerate(trace) if r.job.endswith("@2"))
         return Built(trace, n * CHUNK, first, plans={"train": plan})
     if scenario.kind == "jobs-epoch":
@@ -672,11 +680,19 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
         ),
         Scenario(
             "g",
-            f"(a)'s job as a DataLoader reads its plan: 10 % of reads off-plan, each read up "
-            f"to 64 places out of order; {n} chunks x {epochs} epochs",
+            f"(a)'s job as a DataLoader reads its plan: 10 % of reads off-plan (an eval set; "
+            f"retries), each read up to 64 places out of order; {n} chunks x {epochs} epochs",
             "noisy",
             (("n_chunks", n), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
-             ("seed", seed + 5)),
+             ("strays", "local"), ("seed", seed + 5)),
+            (0.1, 0.25, 0.5, 0.9),
+        ),
+        Scenario(
+            "g/random",
+            "(g), the off-plan reads of the dataset at random (a bound: OPT foresees them)",
+            "noisy",
+            (("n_chunks", n), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
+             ("strays", "random"), ("seed", seed + 5)),
             (0.1, 0.25, 0.5, 0.9),
         ),
     ]
@@ -743,7 +759,8 @@ class TracePlan:
         self._positions: dict[Hashable, list[int]] = {}
         for index, item in enumerate(trace):
             key, _, job = _unpack(item)
-            if job.partition("@")[0] not in unplanned:
+            name = job.partition("@")[0]
+            if name not in unplanned and not name.endswith(OFF_PLAN):
                 self._positions.setdefault(key, []).append(index)
 
     def tick(self, index: int) -> None:
@@ -759,7 +776,8 @@ class TracePlan:
 
 def simulate_with_plan(name: str, trace: Trace, capacity: int, *, warmup: int) -> Result:
     """Policy ``name`` wrapped in the spoke's plan-aware eviction, with an oracle's plan
-    (the trace's own future, :class:`TracePlan`): what a perfect cursor would give."""
+    (the trace's own future of its planned reads, :class:`TracePlan`): what a perfect
+    cursor would give, off-plan reads unforeseen."""
     plan = TracePlan(trace)
 
     def factory(capacity_bytes: int) -> EvictionPolicy[Any]:
@@ -775,7 +793,7 @@ def plans_of(trace: Sequence[Req], unplanned: frozenset[str] = frozenset({"scan"
     plans: dict[str, dict[int, list[Hashable]]] = {}
     for request in trace:
         job, _, epoch = request.job.partition("@")
-        if job not in unplanned:
+        if job not in unplanned and not job.endswith(OFF_PLAN):
             plans.setdefault(job, {}).setdefault(int(epoch or 1), []).append(request.key)
     return {job: [epochs[e] for e in sorted(epochs)] for job, epochs in plans.items()}
 
@@ -828,6 +846,7 @@ class BookReplay:
     def tick(self, index: int) -> None:
         request = self.trace[index]
         job, _, label = request.job.partition("@")
+        job = job.removesuffix(OFF_PLAN)  # an off-plan read carries its job's plan id
         epochs = self.plans.get(job)
         if epochs is None:
             return
@@ -879,6 +898,9 @@ def run_case(scenario: Scenario, fraction: float) -> list[Row]:
         for name in POLICY_NAMES:
             result = simulate_with_book(name, built, capacity)
             rows.append(Row(scenario, fraction, f"{name}+plan", result, optimum))
+    if scenario.kind == "noisy":  # the most a plan can give: its future known exactly
+        result = simulate_with_plan("lru", built.trace, capacity, warmup=built.warmup)
+        rows.append(Row(scenario, fraction, "oracle+plan", result, optimum))
     return rows
 
 

@@ -195,10 +195,6 @@ class ReadPlan:
         recent = self._recent
         if position in recent:
             return  # a retry, or a stray of a read just made: it says nothing new
-        consumed = self._consumed
-        consumed.add(position)
-        if len(consumed) > 4 * self.window + 64:
-            self._consumed = {p for p in consumed if p >= self.cursor - self.window}
         support = self._SUPPORT
         backed = abs(position - self.cursor) <= support or any(
             abs(position - other) <= support for other in recent)
@@ -207,9 +203,11 @@ class ReadPlan:
             ranked = sorted(recent)
             self.anchor = max(self.anchor, ranked[(len(ranked) - 1) // 2])
         if not backed:
-            # The read may back a lone earlier one: the furthest so backed may move it.
-            position = max((p for p in recent if p != position
-                            and abs(p - position) <= support), default=-1)
+            return  # alone so far: a stray, or the first of a run that the next backs
+        consumed = self._consumed
+        consumed.add(position)  # only backed reads: a stray must not mark a read as done
+        if len(consumed) > 4 * self.window + 64:
+            self._consumed = {p for p in consumed if p >= self.cursor - self.window}
         target = min(position, self.anchor + self.window)
         if target > self.cursor:
             self.cursor = target

@@ -53,15 +53,21 @@ def test_reads_move_the_cursor_and_the_distances_to_each_chunk_follow() -> None:
     assert book.next_use(name("ds/a", 0)) == 3.0
     assert book.next_use(name("ds/a", 2)) == 2.0
     assert book.next_use(name("ds/b", 0)) == math.inf  # no planned read touches it
-    book.observe(plan_id, "", "ds/a", [2500])  # the third read arrived
+    book.observe(plan_id, "", "ds/a", [2500])  # the third read arrived first
     assert moves == [2]
     assert book.get(plan_id).cursor == 2
-    assert book.next_use(name("ds/a", 0)) == 1.0
-    assert book.next_use(name("ds/b", 1)) == math.inf  # its only read is behind
+    # The two reads before it are still to come (workers out of order): needed now.
+    assert book.next_use(name("ds/a", 0)) == 0.0
+    assert book.next_use(name("ds/b", 1)) == 0.0
+    assert book.get(plan_id).upcoming(10) == [name("ds/a", 0), name("ds/b", 1),
+                                              name("ds/a", 2), name("ds/a", 3)]
+    book.observe(plan_id, "", "ds/a", [0])  # a late worker's read: the cursor stays
+    book.observe(plan_id, "", "ds/b", [1500])
+    assert moves == [2]
+    assert book.next_use(name("ds/a", 0)) == 1.0  # read; next at position 3
+    assert book.next_use(name("ds/b", 1)) == math.inf  # its only read is done
     assert book.get(plan_id).upcoming(10) == [name("ds/a", 2), name("ds/a", 3),
                                               name("ds/a", 0)]
-    book.observe(plan_id, "", "ds/a", [0])  # a late worker's read: the cursor stays
-    assert moves == [2]
 
 
 def test_the_plan_needing_a_chunk_soonest_owns_it() -> None:
