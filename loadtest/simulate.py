@@ -613,6 +613,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
     same registering one epoch ahead, (d) Zipf, (e) a loop, (f) a growing dataset, (g)
     a noisy plan."""
     n = 2_000 if quick else 12_000  # chunks in the training dataset
+    small = 1_000 if quick else 12_000  # the same, for the traces (e)-(g)
     epochs = 4 if quick else 10
     fractions = (0.25, 0.5, 0.9, 1.1)
     jobs = (("job0", n // 2, 4), ("job1", 3 * n // 10, 6), ("job2", n // 5, 9))
@@ -645,7 +646,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
             "(c), each job registering one epoch at a time, one epoch ahead",
             "jobs-epoch",
             (("jobs", jobs), ("seed", seed + 2)),
-            (0.1, 0.25, 0.5, 0.9),
+            (0.1, 0.25) if quick else (0.1, 0.25, 0.5, 0.9),
         ),
         *(
             Scenario(
@@ -665,25 +666,27 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
         ),
         Scenario(
             "e",
-            f"a sequential loop over {n} chunks, {epochs} times",
+            f"a sequential loop over {small} chunks, {epochs} times",
             "loop",
-            (("n_chunks", n), ("epochs", epochs)),
+            (("n_chunks", small), ("epochs", epochs)),
             (0.05, 0.1, 0.25),
         ),
         Scenario(
             "f",
-            f"shuffled epochs over a growing dataset: {n // 2} chunks, 25 % more each epoch, "
-            f"{epochs} epochs",
+            f"shuffled epochs over a growing dataset: {small // 2} chunks, 25 % more each "
+            f"epoch, {epochs} epochs",
             "growing",
-            (("n_chunks", n // 2), ("epochs", epochs), ("growth", 0.25), ("seed", seed + 4)),
+            (("n_chunks", small // 2), ("epochs", epochs), ("growth", 0.25),
+             ("seed", seed + 4)),
             (0.25, 0.5),
         ),
         Scenario(
             "g",
-            f"(a)'s job as a DataLoader reads its plan: 10 % of reads off-plan (an eval set; "
-            f"retries), each read up to 64 places out of order; {n} chunks x {epochs} epochs",
+            f"a job as a DataLoader reads its plan: 10 % of reads off-plan (an eval set; "
+            f"retries), each read up to 64 places out of order; {small} chunks x {epochs} "
+            f"epochs",
             "noisy",
-            (("n_chunks", n), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
+            (("n_chunks", small), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
              ("strays", "local"), ("seed", seed + 5)),
             (0.1, 0.25, 0.5, 0.9),
         ),
@@ -691,9 +694,9 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
             "g/random",
             "(g), the off-plan reads of the dataset at random (a bound: OPT foresees them)",
             "noisy",
-            (("n_chunks", n), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
+            (("n_chunks", small), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
              ("strays", "random"), ("seed", seed + 5)),
-            (0.1, 0.25, 0.5, 0.9),
+            (0.1, 0.25) if quick else (0.1, 0.25, 0.5, 0.9),
         ),
     ]
 

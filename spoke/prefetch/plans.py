@@ -159,8 +159,9 @@ class ReadPlan:
         """A read of ``offset`` in object ``object_id`` arrived, at the book's clock
         ``tick``: move the cursor on if the readers have (see the class docstring)."""
         if tick is not None:
-            if self.observed:
-                self.gap += (tick - self._last_tick - self.gap) / _GAP_MEMORY
+            if self.observed:  # an average over the first reads, then a moving one
+                weight = max(1 / self.observed, 1 / _GAP_MEMORY)
+                self.gap += (tick - self._last_tick - self.gap) * weight
             self._last_tick = tick
         self.observed += 1
         key = _key(object_id, offset)
@@ -240,8 +241,8 @@ class ReadPlan:
     def next_use(self, name: str) -> float:
         """Planned reads until ``name`` is needed after the current read; ``inf`` if never.
 
-        Strictly after the cursor: the chunk being read now is in use already, and
-        what matters to eviction is when it will be wanted again. A read the cursor
+        Strictly after the cursor once reads have come: the chunk being read now is in
+        use already, and what matters to eviction is when it will be wanted again. A read the cursor
         passed (within the window) that has not come yet is still to come, now: out of
         order, it is not done (evicting such chunks cost a noisy plan a third of OPT's
         hits at a small cache).
@@ -256,8 +257,8 @@ class ReadPlan:
             if occurrences[i] not in self._consumed:
                 return 0.0  # passed by the cursor but not read yet: a worker has it next
             i += 1
-        if i < len(occurrences) and occurrences[i] == cursor:
-            i += 1
+        if i < len(occurrences) and occurrences[i] == cursor and self.observed:
+            i += 1  # the read at the cursor has come (before any, it is still to come)
         return math.inf if i == len(occurrences) else float(occurrences[i] - cursor)
 
     def upcoming(self, limit: int) -> list[str]:
@@ -307,13 +308,17 @@ class PlanBook:
         ``inf`` if no plan needs it again."""
         if not self._plans or not isinstance(name, str):
             return math.inf
-        starts = self._timing()
+        if len(self._plans) == 1:  # the usual case: one plan's scale orders nothing
+            (plan,) = self._plans.values()
+            return plan.next_use(name)
+        starts = self._starts if self._starts_clock == self.clock else self._timing()
         best = math.inf
         for plan in self._plans.values():
             distance = plan.next_use(name)
             if distance != math.inf:
                 start, gap = starts[plan.id]
-                best = min(best, start + distance * gap)
+                if start + distance * gap < best:
+                    best = start + distance * gap
         return best
 
     def owner(self, name: object) -> str | None:
@@ -331,7 +336,7 @@ class PlanBook:
     def _timing(self) -> dict[str, tuple[float, float]]:
         """Each plan's (start, gap): when its cursor's read happens, from now, and the
         book's reads per read of it. Recomputed once per clock tick."""
-        if self._starts_clock == self.clock and len(self._starts) == len(self._plans):
+        if self._starts_clock == self.clock:
             return self._starts
         running = [plan.gap for plan in self._plans.values() if plan.started]
         default_gap = sum(running) / len(running) if running else 1.0
@@ -383,6 +388,7 @@ class PlanBook:
         plan = ReadPlan(secrets.token_hex(8), planned, touched, list(names), where, tenant,
                         on_move, window=window, job=job)
         self._plans[plan.id] = plan
+        self._starts_clock = -1
         return plan
 
     def get(self, plan_id: str, tenant: str = "") -> ReadPlan:
@@ -408,3 +414,4 @@ class PlanBook:
 
     def remove(self, plan_id: str) -> None:
         del self._plans[plan_id]
+        self._starts_clock = -1
