@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from loadtest.sim_crosscheck import arc_difference
 from loadtest.simulate import (
     OFF_PLAN,
     BookReplay,
@@ -27,7 +28,6 @@ from loadtest.simulate import (
     simulate_with_book,
     simulate_with_plan,
 )
-from loadtest.sim_crosscheck import arc_difference
 from spoke.policy import arc as arc_module
 from spoke.prefetch import plans as plans_module
 
