@@ -992,6 +992,64 @@ def scan_summary(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def share_table(rows: Sequence[Row]) -> str:
+    """A Markdown table of every policy's hit ratio as a percentage of OPT's, one line per
+    trace and cache size (OPT's own hit ratio in the first column)."""
+    policies = list(dict.fromkeys(row.policy for row in rows if row.policy != "opt"))
+    cases: dict[tuple[str, float], dict[str, Row]] = {}
+    for row in rows:
+        cases.setdefault((row.scenario.label, row.fraction), {})[row.policy] = row
+    lines = [
+        "| trace | cache | OPT hit % | " + " | ".join(policies) + " |",
+        "|---|---:|---:|" + "---:|" * len(policies),
+    ]
+    for (label, fraction), by_policy in cases.items():
+        optimum = next(iter(by_policy.values())).optimum.hit_ratio
+        cells = [
+            _of(by_policy[name].result.hit_ratio, optimum) if name in by_policy else ""
+            for name in policies
+        ]
+        lines.append(f"| {label} | {100 * fraction:.0f} % | {_percent(optimum)} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets(rows: Sequence[Row]) -> str:
+    """The plan engine's targets (the issue's), each with the worst case measured."""
+
+    def worst(kinds: set[str], policy: Callable[[str], bool],
+              fractions: Iterable[float] = (0.1, 0.25, 0.5, 0.9)) -> tuple[float, str]:
+        chosen = set(fractions)
+        shares = [
+            (row.result.hit_ratio / row.optimum.hit_ratio,
+             f"{row.scenario.label} {100 * row.fraction:.0f} % {row.policy}")
+            for row in rows
+            if row.scenario.kind in kinds and row.fraction in chosen and policy(row.policy)
+            and row.optimum.hit_ratio > 0
+        ]
+        return min(shares) if shares else (math.nan, "not run")
+
+    planned = lambda name: name.endswith("+plan") and name != "oracle+plan"  # noqa: E731
+    checks = [
+        ("a plan, one job, 10-90 %", 0.95, worst({"epochs"}, planned)),
+        ("a plan, three jobs, 10-90 %", 0.95, worst({"jobs"}, planned)),
+        ("a plan, three jobs one epoch ahead, 10-90 %", 0.95, worst({"jobs-epoch"}, planned)),
+        ("a noisy plan (10 % off-plan), 10-90 %", 0.90, worst({"noisy"}, planned)),
+        ("a noisy plan, 50-90 %", 0.90, worst({"noisy"}, planned, (0.5, 0.9))),
+        ("W-TinyLFU, loop at 10 %", 0.85, worst({"loop"}, lambda n: n == "wtinylfu", (0.1,))),
+    ]
+    all_fractions = {row.fraction for row in rows}
+    for name in dict.fromkeys(row.policy for row in rows if row.policy != "opt"):
+        kinds = {row.scenario.kind for row in rows}
+        checks.append((f"{name}, any trace", 0.5,
+                       worst(kinds, lambda n, name=name: n == name, all_fractions)))
+    lines = ["| target | need (x OPT) | worst measured | where | met |", "|---|---:|---:|---|---|"]
+    for what, need, (share, where) in checks:
+        met = "-" if math.isnan(share) else "yes" if share >= need else "no"
+        lines.append(f"| {what} | {need:.2f} | {share:.2f} | {where} | {met} |")
+    return "\n".join(lines)
+
+
 def lru_shuffle_hit_ratio(fraction: float) -> float:
     """LRU's steady-state hit ratio on shuffled epochs with a cache of ``fraction`` of the data.
 
@@ -1035,6 +1093,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     rows = run_scenarios(scenarios(quick=args.quick, seed=args.seed), workers=args.workers)
     print(table(rows))
+    print()
+    print("Hit ratio as a percentage of OPT's:")
+    print()
+    print(share_table(rows))
+    print()
+    print(targets(rows))
     print()
     summary = scan_summary(rows)
     if summary:

@@ -24,9 +24,11 @@ from loadtest.simulate import (
     plans_of,
     policy_factories,
     run_case,
+    share_table,
     simulate,
     simulate_with_book,
     simulate_with_plan,
+    targets,
 )
 from spoke.policy import arc as arc_module
 from spoke.prefetch import plans as plans_module
@@ -176,3 +178,16 @@ def test_book_replay_counts_off_plan_reads_against_their_job() -> None:
     jobs = by_job(result)
     assert set(jobs) == {"train", f"train{OFF_PLAN}"}
     assert isinstance(built, Built) and built.plans is not None
+
+
+def test_the_share_table_and_the_targets_read_the_rows() -> None:
+    loop = Scenario("e", "a loop", "loop", (("n_chunks", 200), ("epochs", 3)), (0.1,))
+    rows = run_case(loop, 0.1)
+    shares = share_table(rows)
+    assert shares.splitlines()[0].startswith("| trace | cache | OPT hit % | arc | lru |")
+    assert "| e | 10 % | 10.0 | 0 | 0 |" in shares
+    text = targets(rows)
+    assert "| W-TinyLFU, loop at 10 % | 0.85 |" in text
+    assert "| a plan, one job, 10-90 % | 0.95 | nan | not run | - |" in text
+    assert "| lru, any trace | 0.50 | 0.00 | e 10 % lru | no |" in text
+    assert "| lru+plan, any trace | 0.50 | 1.00 | e 10 % lru+plan | yes |" in text
