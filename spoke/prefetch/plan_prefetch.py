@@ -35,15 +35,18 @@ class PlanPrefetcher:
         self.concurrency = concurrency
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    async def create(self, reads: Iterable[PlannedRead], tenant: str = "") -> ReadPlan:
-        """Book ``tenant``'s plan of ``reads`` and start prefetching for it."""
+    async def create(
+        self, reads: Iterable[PlannedRead], tenant: str = "", *, job: str = ""
+    ) -> ReadPlan:
+        """Book ``tenant``'s plan of ``reads`` and start prefetching for it; plans of one
+        ``job`` follow one another (:meth:`PlanBook.add`)."""
         reads = list(reads)
         manifests: dict[str, Manifest] = {}
         for read in reads:
             if read.path not in manifests:
                 manifests[read.path] = (await self.cache.manifest(read.path))[0]
         moved = asyncio.Event()
-        plan = self.book.add(reads, manifests, tenant, on_move=moved.set)
+        plan = self.book.add(reads, manifests, tenant, on_move=moved.set, job=job)
         self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan, moved))
         return plan
 
