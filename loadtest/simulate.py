@@ -29,6 +29,13 @@ handed it by a closure::
     capacity = 5_000 * CHUNK
     print(simulate(lambda c: PlanAware(c, plan=trace), trace, capacity), opt(trace, capacity))
 
+The ``+plan`` rows run the spoke's own plan engine: a :class:`PlanBook` with each job's plan
+(all its epochs at once, or one epoch ahead for ``c/epoch``), its cursor learnt from the
+replayed reads, :class:`PlanAwarePolicy` over the named policy (:class:`BookReplay`). On
+the noisy traces ``oracle+plan`` is the bound for any plan: the planned reads' true
+positions known. After the full table come each policy's share of OPT and the targets
+with their worst case.
+
 The table's hit ratios leave out a warm-up (the first epoch of the epoch traces); its
 "last-epoch" column shows the last epoch alone, since ARC, S3-FIFO and W-TinyLFU take
 several epochs to settle. After the table, :func:`scan_summary` gives the training job's
@@ -59,6 +66,9 @@ from spoke.prefetch.plans import PlanBook, PlannedRead
 
 __all__ = [
     "CHUNK",
+    "OFF_PLAN",
+    "PLANNED_KINDS",
+    "BookReplay",
     "Built",
     "CapacityError",
     "PolicyFactory",
@@ -71,22 +81,29 @@ __all__ = [
     "build",
     "by_job",
     "chunk_sizes",
+    "growing_epochs",
     "hot_set_with_scan",
     "last_epoch",
+    "loop_trace",
     "lru_shuffle_hit_ratio",
     "merge",
     "multi_job_epochs",
     "next_uses",
+    "noisy_epochs",
     "opt",
+    "plans_of",
     "policy_factories",
     "run_case",
     "run_scenarios",
     "scan_summary",
     "scenarios",
+    "share_table",
     "shuffled_epochs",
     "simulate",
+    "simulate_with_book",
     "simulate_with_plan",
     "table",
+    "targets",
     "training_share_of_opt",
     "with_scan",
     "zipf_objects",
