@@ -578,15 +578,14 @@ def test_wtinylfu_candidate_must_lead_a_victim_seen_twice_by_two(
     assert tl_state(tl) == {"window": "n", "probation": "bm", "protected": "cdefghi"}
 
 
-def test_wtinylfu_victim_is_probations_oldest(tl: WTinyLFUPolicy[int]) -> None:
+def test_wtinylfu_victim_is_the_least_seen_of_the_oldest_few(tl: WTinyLFUPolicy[int]) -> None:
     tl_fill(tl, "k")
     for _ in range(2):
-        tl.sketch.increment(ord("b"))  # b, second oldest, seen least of the oldest few
+        tl.sketch.increment(ord("a"))  # as if a collision had inflated a's count
     tl_run(tl, "k")
-    tl.sketch.increment(ord("a"))
-    assert tl_counts(tl, "abk") == "232"
-    assert tl_fill(tl, "l") == "k"  # a, the oldest, is the victim: k does not lead it
-    assert tl_state(tl)["probation"] == "abcdefghi"
+    assert tl_counts(tl, "abcdk") == "31112"
+    assert tl_fill(tl, "l") == "b"  # not a, the oldest, which would win the duel
+    assert tl_state(tl)["probation"] == "acdefghik"
 
 
 def test_wtinylfu_keeps_a_part_of_a_loop_larger_than_the_cache() -> None:
