@@ -29,6 +29,13 @@ handed it by a closure::
     capacity = 5_000 * CHUNK
     print(simulate(lambda c: PlanAware(c, plan=trace), trace, capacity), opt(trace, capacity))
 
+The ``+plan`` rows run the spoke's own plan engine: a :class:`PlanBook` with each job's plan
+(all its epochs at once, or one epoch ahead for ``c/epoch``), its cursor learnt from the
+replayed reads, :class:`PlanAwarePolicy` over the named policy (:class:`BookReplay`). On
+the noisy traces ``oracle+plan`` is the bound for any plan: the planned reads' true
+positions known. After the full table come each policy's share of OPT and the targets
+with their worst case.
+
 The table's hit ratios leave out a warm-up (the first epoch of the epoch traces); its
 "last-epoch" column shows the last epoch alone, since ARC, S3-FIFO and W-TinyLFU take
 several epochs to settle. After the table, :func:`scan_summary` gives the training job's
@@ -51,11 +58,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from protocol.manifest import Manifest
+from spoke.cache.keys import ChunkKey
 from spoke.policy import POLICY_NAMES, EvictionPolicy, make_policy
 from spoke.policy.plan_aware import PlanAwarePolicy
+from spoke.prefetch.plans import PlanBook, PlannedRead
 
 __all__ = [
     "CHUNK",
+    "OFF_PLAN",
+    "PLANNED_KINDS",
+    "BookReplay",
     "Built",
     "CapacityError",
     "PolicyFactory",
@@ -68,28 +81,36 @@ __all__ = [
     "build",
     "by_job",
     "chunk_sizes",
+    "growing_epochs",
     "hot_set_with_scan",
     "last_epoch",
+    "loop_trace",
     "lru_shuffle_hit_ratio",
     "merge",
     "multi_job_epochs",
     "next_uses",
+    "noisy_epochs",
     "opt",
+    "plans_of",
     "policy_factories",
     "run_case",
     "run_scenarios",
     "scan_summary",
     "scenarios",
+    "share_table",
     "shuffled_epochs",
     "simulate",
+    "simulate_with_book",
     "simulate_with_plan",
     "table",
+    "targets",
     "training_share_of_opt",
     "with_scan",
     "zipf_objects",
 ]
 
 CHUNK = 4 << 20  # the hub's default chunk size (hub.config.DEFAULT_CHUNK_SIZE)
+OFF_PLAN = "~off"  # a job's label suffix for its reads its plan did not list
 
 
 class Req(NamedTuple):
@@ -477,6 +498,66 @@ def zipf_objects(
     return trace, corpus_bytes
 
 
+
+def loop_trace(n_chunks: int, loops: int, *, job: str = "loop") -> list[Req]:
+    """A sequential loop: chunks ``0 .. n_chunks - 1`` in order, ``loops`` times (labels
+    ``job@loop``). LRU misses every read once the cache is smaller than the loop; OPT
+    keeps a fixed part of it."""
+    return [Req(key, CHUNK, f"{job}@{loop}") for loop in range(1, loops + 1)
+            for key in range(n_chunks)]
+
+
+def growing_epochs(n_chunks: int, epochs: int, growth: float, *, seed: int,
+                   job: str = "train") -> list[Req]:
+    """Shuffled epochs over a dataset that grows: epoch e reads the first
+    ``n_chunks * (1 + growth * (e - 1))`` chunks (new shards appended as they land)."""
+    rng = random.Random(seed)
+    trace: list[Req] = []
+    for epoch in range(1, epochs + 1):
+        keys = list(range(int(n_chunks * (1 + growth * (epoch - 1)))))
+        rng.shuffle(keys)
+        trace.extend(Req(key, CHUNK, f"{job}@{epoch}") for key in keys)
+    return trace
+
+
+def noisy_epochs(
+    n_chunks: int, epochs: int, *, seed: int, noise: float, reorder: int, job: str = "train",
+    strays: str = "local",
+) -> tuple[list[Req], list[list[Hashable]]]:
+    """Shuffled epochs read the way a DataLoader reads a registered plan, and the plan.
+
+    Each read is displaced by up to ``reorder`` places (workers and their prefetch
+    queues), and a share ``noise`` of all reads are off-plan: half of them a chunk of a
+    small evaluation set no plan mentions (keys from ``n_chunks`` on, a tenth as many),
+    half a chunk of the dataset: with ``strays="local"`` one of the last ``reorder``
+    chunks read (a retry, a sample read twice), with ``"random"`` any chunk at random
+    (which no online policy can foresee: OPT hits them, a plan cannot).
+    Returns the trace and the plan: each epoch's keys in registered order.
+    """
+    rng = random.Random(seed)
+    keys = list(range(n_chunks))
+    extra = max(1, n_chunks // 10)
+    stray_odds = noise / (1 - noise)  # strays per planned read, for a share ``noise``
+    trace: list[Req] = []
+    plan: list[list[Hashable]] = []
+    for epoch in range(1, epochs + 1):
+        rng.shuffle(keys)
+        plan.append(list(keys))
+        label, off_label = f"{job}@{epoch}", f"{job}{OFF_PLAN}@{epoch}"
+        order = sorted(range(n_chunks), key=lambda i: i + rng.uniform(0, reorder))
+        for i in order:
+            while rng.random() < stray_odds / (1 + stray_odds):
+                if rng.random() < 0.5:
+                    stray = n_chunks + rng.randrange(extra)
+                elif strays == "random" or not trace:
+                    stray = rng.randrange(n_chunks)
+                else:
+                    stray = trace[-1 - rng.randrange(min(len(trace), max(1, reorder)))].key
+                trace.append(Req(stray, CHUNK, off_label))
+            trace.append(Req(keys[i], CHUNK, label))
+    return trace, plan
+
+
 # --- scenarios and the table ------------------------------------------------------------
 
 
@@ -490,7 +571,8 @@ class Scenario:
 
     label: str
     description: str
-    kind: str  # "epochs", "scan", "jobs" or "zipf"
+    # "epochs", "scan", "jobs", "zipf", "loop", "growing", "noisy" or "jobs-epoch"
+    kind: str
     params: tuple[tuple[str, Any], ...]
     capacities: tuple[float, ...]
 
@@ -502,6 +584,10 @@ class Built:
     trace: list[Req]
     dataset_bytes: int
     warmup: int
+    # Each planned job's registered plan, epoch by epoch; None: the trace's own reads
+    # of every job but "scan" (the plan told the truth).
+    plans: dict[str, list[list[Hashable]]] | None = None
+    registration: str = "whole"  # "whole": one plan of every epoch; "epoch": one ahead
 
 
 def build(scenario: Scenario) -> Built:
@@ -519,12 +605,32 @@ def build(scenario: Scenario) -> Built:
     if scenario.kind == "zipf":
         trace, corpus = zipf_objects(p["n_objects"], p["alpha"], p["n_requests"], seed=p["seed"])
         return Built(trace, corpus, 0)
+    if scenario.kind == "loop":
+        n = p["n_chunks"]
+        return Built(loop_trace(n, p["epochs"]), n * CHUNK, n)
+    if scenario.kind == "growing":
+        n = p["n_chunks"]
+        trace = growing_epochs(n, p["epochs"], p["growth"], seed=p["seed"])
+        return Built(trace, len({r.key for r in trace}) * CHUNK, n)
+    if scenario.kind == "noisy":
+        n = p["n_chunks"]
+        trace, plan = noisy_epochs(n, p["epochs"], seed=p["seed"], noise=p["noise"],
+                                   reorder=p["reorder"], strays=p["strays"])
+        first = next(i for i, r in enumerate(trace) if r.job.endswith("@2"))
+        return Built(trace, n * CHUNK, first, plans={"train": plan})
+    if scenario.kind == "jobs-epoch":
+        trace, warmup = multi_job_epochs(p["jobs"], seed=p["seed"], label_epochs=True)
+        return Built(trace, sum({r.key: r.size for r in trace}.values()), warmup,
+                     registration="epoch")
     raise ValueError(f"unknown scenario kind {scenario.kind!r}")
 
 
 def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
-    """The traces of the report: (a) epochs, (b) epochs + scan, (c) 3 jobs, (d) Zipf."""
+    """The traces of the report: (a) epochs, (b) epochs + scan, (c) 3 jobs, (c/epoch) the
+    same registering one epoch ahead, (d) Zipf, (e) a loop, (f) a growing dataset, (g)
+    a noisy plan."""
     n = 2_000 if quick else 12_000  # chunks in the training dataset
+    small = 1_000 if quick else 12_000  # the same, for the traces (e)-(g)
     epochs = 4 if quick else 10
     fractions = (0.25, 0.5, 0.9, 1.1)
     jobs = (("job0", n // 2, 4), ("job1", 3 * n // 10, 6), ("job2", n // 5, 9))
@@ -536,7 +642,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
             f"shuffled epochs: {n} chunks x {epochs} epochs, 4 MiB chunks",
             "epochs",
             (("n_chunks", n), ("epochs", epochs), ("seed", seed)),
-            fractions,
+            (0.1, *fractions),
         ),
         Scenario(
             "b",
@@ -550,7 +656,14 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
             f"3 concurrent jobs, one cache: {per_job}; partial last chunks",
             "jobs",
             (("jobs", jobs), ("seed", seed + 2)),
-            (0.25, 0.5, 0.9),
+            (0.1, 0.25, 0.5, 0.9),
+        ),
+        Scenario(
+            "c/epoch",
+            "(c), each job registering one epoch at a time, one epoch ahead",
+            "jobs-epoch",
+            (("jobs", jobs), ("seed", seed + 2)),
+            (0.1, 0.25) if quick else (0.1, 0.25, 0.5, 0.9),
         ),
         *(
             Scenario(
@@ -567,6 +680,40 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
                 (0.1, 0.25),
             )
             for alpha in (0.8, 1.0)
+        ),
+        Scenario(
+            "e",
+            f"a sequential loop over {small} chunks, {epochs} times",
+            "loop",
+            (("n_chunks", small), ("epochs", epochs)),
+            (0.05, 0.1, 0.25),
+        ),
+        Scenario(
+            "f",
+            f"shuffled epochs over a growing dataset: {small // 2} chunks, 25 % more each "
+            f"epoch, {epochs} epochs",
+            "growing",
+            (("n_chunks", small // 2), ("epochs", epochs), ("growth", 0.25),
+             ("seed", seed + 4)),
+            (0.25, 0.5),
+        ),
+        Scenario(
+            "g",
+            f"a job as a DataLoader reads its plan: 10 % of reads off-plan (an eval set; "
+            f"retries), each read up to 64 places out of order; {small} chunks x {epochs} "
+            f"epochs",
+            "noisy",
+            (("n_chunks", small), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
+             ("strays", "local"), ("seed", seed + 5)),
+            (0.1, 0.25, 0.5, 0.9),
+        ),
+        Scenario(
+            "g/random",
+            "(g), the off-plan reads of the dataset at random (a bound: OPT foresees them)",
+            "noisy",
+            (("n_chunks", small), ("epochs", epochs), ("noise", 0.1), ("reorder", 64),
+             ("strays", "random"), ("seed", seed + 5)),
+            (0.1, 0.25) if quick else (0.1, 0.25, 0.5, 0.9),
         ),
     ]
 
@@ -632,7 +779,8 @@ class TracePlan:
         self._positions: dict[Hashable, list[int]] = {}
         for index, item in enumerate(trace):
             key, _, job = _unpack(item)
-            if job.partition("@")[0] not in unplanned:
+            name = job.partition("@")[0]
+            if name not in unplanned and not name.endswith(OFF_PLAN):
                 self._positions.setdefault(key, []).append(index)
 
     def tick(self, index: int) -> None:
@@ -647,13 +795,110 @@ class TracePlan:
 
 
 def simulate_with_plan(name: str, trace: Trace, capacity: int, *, warmup: int) -> Result:
-    """Policy ``name`` wrapped in the spoke's plan-aware eviction, the plan known."""
+    """Policy ``name`` wrapped in the spoke's plan-aware eviction, with an oracle's plan
+    (the trace's own future of its planned reads, :class:`TracePlan`): what a perfect
+    cursor would give, off-plan reads unforeseen."""
     plan = TracePlan(trace)
 
     def factory(capacity_bytes: int) -> EvictionPolicy[Any]:
         return PlanAwarePolicy(make_policy(name, capacity_bytes), plan)
 
     return simulate(factory, trace, capacity, warmup=warmup, tick=plan.tick, bypass_ok=True)
+
+
+def plans_of(trace: Sequence[Req], unplanned: frozenset[str] = frozenset({"scan"})
+             ) -> dict[str, list[list[Hashable]]]:
+    """Each job's reads, epoch by epoch (labels ``job@epoch``): the plan of a job whose
+    loader told the spoke the truth."""
+    plans: dict[str, dict[int, list[Hashable]]] = {}
+    for request in trace:
+        job, _, epoch = request.job.partition("@")
+        if job not in unplanned and not job.endswith(OFF_PLAN):
+            plans.setdefault(job, {}).setdefault(int(epoch or 1), []).append(request.key)
+    return {job: [epochs[e] for e in sorted(epochs)] for job, epochs in plans.items()}
+
+
+class BookReplay:
+    """The spoke's own plan engine, driven by a replay: a :class:`PlanBook` holding each
+    job's plan, each planned job's reads observed as the spoke observes them (each chunk
+    is one object of one chunk, so a read is its key), the book's ``next_use`` handed to
+    :class:`PlanAwarePolicy`.
+
+    With ``registration="whole"`` a job registers all its epochs as one plan before its
+    first read; with ``"epoch"`` it registers each epoch as a plan of its own, one epoch
+    ahead (epochs 1 and 2 first, epoch e + 1 when it starts epoch e, dropping e - 1), as
+    ``PlannedSampler`` does.
+    """
+
+    def __init__(self, built: Built) -> None:
+        self.trace = built.trace
+        self.plans = built.plans if built.plans is not None else plans_of(built.trace)
+        self.registration = built.registration
+        self.book = PlanBook()
+        sizes = {r.key: r.size for r in built.trace}
+        self._paths = {key: f"k{key}" for key in sizes}
+        self._manifests = {
+            path: Manifest(path=path, size=sizes[key], etag='"1"', chunk_size=CHUNK,
+                           digest_alg="sha256", digests=(bytes(32),))
+            for key, path in self._paths.items()
+        }
+        self._names = {key: ChunkKey.of(self._manifests[path], 0).name
+                       for key, path in self._paths.items()}
+        self._sizes = sizes
+        self._live: dict[tuple[str, int], str] = {}  # (job, epoch) -> plan id
+        self._epoch: dict[str, int] = {}  # job -> the epoch it reads
+        if self.registration == "whole":
+            for job, epochs in self.plans.items():
+                self._register(job, 0, [key for epoch in epochs for key in epoch])
+        else:
+            for job, epochs in self.plans.items():
+                for number in (1, 2):
+                    if number <= len(epochs):
+                        self._register(job, number, epochs[number - 1])
+
+    def _register(self, job: str, epoch: int, keys: list[Hashable]) -> None:
+        reads = [PlannedRead(self._paths[key], 0, self._sizes[key]) for key in keys]
+        self._live[(job, epoch)] = self.book.add(reads, self._manifests, job=job).id
+
+    def next_use(self, key: Any) -> float:
+        return self.book.next_use(self._names.get(key))
+
+    def tick(self, index: int) -> None:
+        request = self.trace[index]
+        job, _, label = request.job.partition("@")
+        job = job.removesuffix(OFF_PLAN)  # an off-plan read carries its job's plan id
+        epochs = self.plans.get(job)
+        if epochs is None:
+            return
+        epoch = int(label or 1)
+        if self.registration == "whole":
+            plan_id = self._live[(job, 0)]
+        else:
+            if self._epoch.get(job) != epoch:
+                self._epoch[job] = epoch
+                if epoch + 1 <= len(epochs) and (job, epoch + 1) not in self._live:
+                    self._register(job, epoch + 1, epochs[epoch])
+                old = self._live.pop((job, epoch - 1), None)
+                if old is not None:
+                    self.book.remove(old)
+            plan_id = self._live[(job, epoch)]
+        self.book.observe(plan_id, "", self._paths[request.key], [0])
+
+
+def simulate_with_book(name: str, built: Built, capacity: int) -> Result:
+    """Policy ``name`` under plan-aware eviction fed by the spoke's real plan engine
+    (:class:`BookReplay`): the cursor learnt from the reads, the plans as registered."""
+    replay = BookReplay(built)
+
+    def factory(capacity_bytes: int) -> EvictionPolicy[Any]:
+        return PlanAwarePolicy(make_policy(name, capacity_bytes), replay.next_use)
+
+    return simulate(factory, built.trace, capacity, warmup=built.warmup, tick=replay.tick,
+                    bypass_ok=True)
+
+
+# Traces of training jobs, replayed with plans as well.
+PLANNED_KINDS = frozenset({"epochs", "scan", "jobs", "loop", "growing", "noisy", "jobs-epoch"})
 
 
 def run_case(scenario: Scenario, fraction: float) -> list[Row]:
@@ -669,10 +914,13 @@ def run_case(scenario: Scenario, fraction: float) -> list[Row]:
     for name, factory in policy_factories().items():
         result = simulate(factory, built.trace, capacity, warmup=built.warmup)
         rows.append(Row(scenario, fraction, name, result, optimum))
-    if scenario.kind in ("epochs", "scan", "jobs"):
+    if scenario.kind in PLANNED_KINDS:
         for name in POLICY_NAMES:
-            result = simulate_with_plan(name, built.trace, capacity, warmup=built.warmup)
+            result = simulate_with_book(name, built, capacity)
             rows.append(Row(scenario, fraction, f"{name}+plan", result, optimum))
+    if scenario.kind == "noisy":  # the most a plan can give: its future known exactly
+        result = simulate_with_plan("lru", built.trace, capacity, warmup=built.warmup)
+        rows.append(Row(scenario, fraction, "oracle+plan", result, optimum))
     return rows
 
 
@@ -761,6 +1009,64 @@ def scan_summary(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def share_table(rows: Sequence[Row]) -> str:
+    """A Markdown table of every policy's hit ratio as a percentage of OPT's, one line per
+    trace and cache size (OPT's own hit ratio in the first column)."""
+    policies = list(dict.fromkeys(row.policy for row in rows if row.policy != "opt"))
+    cases: dict[tuple[str, float], dict[str, Row]] = {}
+    for row in rows:
+        cases.setdefault((row.scenario.label, row.fraction), {})[row.policy] = row
+    lines = [
+        "| trace | cache | OPT hit % | " + " | ".join(policies) + " |",
+        "|---|---:|---:|" + "---:|" * len(policies),
+    ]
+    for (label, fraction), by_policy in cases.items():
+        optimum = next(iter(by_policy.values())).optimum.hit_ratio
+        cells = [
+            _of(by_policy[name].result.hit_ratio, optimum) if name in by_policy else ""
+            for name in policies
+        ]
+        lines.append(f"| {label} | {100 * fraction:.0f} % | {_percent(optimum)} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets(rows: Sequence[Row]) -> str:
+    """The plan engine's targets (the issue's), each with the worst case measured."""
+
+    def worst(kinds: set[str], policy: Callable[[str], bool],
+              fractions: Iterable[float] = (0.1, 0.25, 0.5, 0.9)) -> tuple[float, str]:
+        chosen = set(fractions)
+        shares = [
+            (row.result.hit_ratio / row.optimum.hit_ratio,
+             f"{row.scenario.label} {100 * row.fraction:.0f} % {row.policy}")
+            for row in rows
+            if row.scenario.kind in kinds and row.fraction in chosen and policy(row.policy)
+            and row.optimum.hit_ratio > 0
+        ]
+        return min(shares) if shares else (math.nan, "not run")
+
+    planned = lambda name: name.endswith("+plan") and name != "oracle+plan"  # noqa: E731
+    checks = [
+        ("a plan, one job, 10-90 %", 0.95, worst({"epochs"}, planned)),
+        ("a plan, three jobs, 10-90 %", 0.95, worst({"jobs"}, planned)),
+        ("a plan, three jobs one epoch ahead, 10-90 %", 0.95, worst({"jobs-epoch"}, planned)),
+        ("a noisy plan (10 % off-plan), 10-90 %", 0.90, worst({"noisy"}, planned)),
+        ("a noisy plan, 50-90 %", 0.90, worst({"noisy"}, planned, (0.5, 0.9))),
+        ("W-TinyLFU, loop at 10 %", 0.85, worst({"loop"}, lambda n: n == "wtinylfu", (0.1,))),
+    ]
+    all_fractions = {row.fraction for row in rows}
+    for name in dict.fromkeys(row.policy for row in rows if row.policy != "opt"):
+        kinds = {row.scenario.kind for row in rows}
+        checks.append((f"{name}, any trace", 0.5,
+                       worst(kinds, lambda n, name=name: n == name, all_fractions)))
+    lines = ["| target | need (x OPT) | worst measured | where | met |", "|---|---:|---:|---|---|"]
+    for what, need, (share, where) in checks:
+        met = "-" if math.isnan(share) else "yes" if share >= need else "no"
+        lines.append(f"| {what} | {need:.2f} | {share:.2f} | {where} | {met} |")
+    return "\n".join(lines)
+
+
 def lru_shuffle_hit_ratio(fraction: float) -> float:
     """LRU's steady-state hit ratio on shuffled epochs with a cache of ``fraction`` of the data.
 
@@ -804,6 +1110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     rows = run_scenarios(scenarios(quick=args.quick, seed=args.seed), workers=args.workers)
     print(table(rows))
+    print()
+    print("Hit ratio as a percentage of OPT's:")
+    print()
+    print(share_table(rows))
+    print()
+    print(targets(rows))
     print()
     summary = scan_summary(rows)
     if summary:

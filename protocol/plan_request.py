@@ -7,6 +7,10 @@ job, each registering the same epoch, share one plan instead of making one each:
 first registration makes it, the others are answered with it. Plan ids stay the
 spoke's: the id is derived from the tenant and the job, so two tenants naming the
 same job get two plans, and an id says nothing about another tenant's jobs.
+
+The part of ``job`` before its last ``/`` names the series its plans belong to
+(``run-42`` above): a series' plans follow one another, so an epoch registered ahead
+is taken to start when the one before it ends.
 """
 
 from __future__ import annotations
@@ -41,3 +45,10 @@ def job_plan_id(tenant: str, job: str) -> str:
     """The plan id of ``tenant``'s job ``job``: the same for every rank that names it."""
     digest = hashlib.sha256(f"{tenant}\0{job}".encode()).hexdigest()
     return f"job-{digest[:24]}"
+
+
+def job_series(job: str) -> str:
+    """The series of plans ``job`` belongs to: its name up to the last ``/`` (a name
+    without one is a series of its own)."""
+    series, slash, _ = job.rpartition("/")
+    return series if slash and series else job

@@ -227,7 +227,6 @@ async def open_cache(
         index=index,
         policy=PlanAwarePolicy(
             make_policy(config.policy, config.capacity_bytes), plans.next_use,
-            owner=plans.owner,
         ),
         hub=upstream,
         clock=clock,

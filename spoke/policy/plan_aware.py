@@ -7,12 +7,10 @@ and do not admit a chunk whose next use is further than everything it would
 push out (it would be evicted before it is used). Chunks no plan mentions are
 ordered by the configured policy (LRU, ARC, S3-FIFO) and go first; and so that
 jobs without a plan are not starved, planned chunks give way to them once they
-hold more than ``planned_share`` of the capacity. Several plans share that part fairly:
-each planned chunk belongs to the plan that needs it soonest (``owner(key)``), and a plan
-under its fair share (``planned_share`` of the capacity over the number of plans holding
-or bringing chunks) makes room at the expense of a plan over its own, evicting that
-plan's chunk needed last, where Belady's rule alone would let the plan with the nearer
-future keep everything.
+hold more than ``planned_share`` of the capacity. Several plans share that part by
+Belady's rule across all of them: ``next_use`` is the soonest use over every plan, on one
+time scale (:class:`spoke.prefetch.plans.PlanBook`). A fair split of the cache between
+plans fell well short of that with three jobs and a small cache (docs/policies.md).
 
 Pure: the plan knowledge comes in as ``next_use(key)``, the distance in planned
 reads to the key's next use after the current read (``inf`` when no plan needs
@@ -24,7 +22,6 @@ chosen (a bounded number of times per eviction).
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, TypeVar
@@ -35,10 +32,6 @@ __all__ = ["PlanAwarePolicy"]
 
 K = TypeVar("K", bound=Hashable)
 NextUse = Callable[[Any], float]
-Owner = Callable[[Any], Hashable | None]
-# A fair-share eviction picks the furthest-needed among this many of the plan's chunks:
-# Belady within the plan, at a bounded cost per eviction.
-_FAIR_SAMPLE = 64
 
 _MAX_RECHECKS = 64
 
@@ -55,18 +48,12 @@ class PlanAwarePolicy(EvictionPolicy[K]):
 
     def __init__(
         self, base: EvictionPolicy[K], next_use: NextUse, planned_share: float = 0.9,
-        owner: Owner | None = None,
     ) -> None:
         self.base = base
         self.name = base.name
         self.capacity_bytes = base.capacity_bytes
         self.planned_share = planned_share
         self._next_use = next_use
-        self._owner = owner
-        self._owner_of: dict[K, Hashable] = {}  # planned key -> the plan it counts against
-        self._owned: dict[Hashable, dict[K, int]] = {}  # plan -> its planned keys -> size
-        self._owned_bytes: dict[Hashable, int] = {}
-        self.fair_evictions = 0
         self._planned: dict[K, int] = {}  # resident keys under Belady's rule -> size
         self._planned_bytes = 0
         self._sizes: dict[K, int] = {}  # every resident key -> size
@@ -95,8 +82,6 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         key: admitting it could only cost hits (Belady's bypass).
         """
         victim = self._evict_unplanned(incoming)
-        if victim is None:
-            victim = self._evict_unfair(incoming)
         if victim is None:
             victim = self._evict_planned(incoming)
         if victim is not None:
@@ -130,7 +115,6 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             self.base.remove(key)
         else:
             self._planned_bytes -= size
-            self._disown(key)
 
     def keys(self) -> list[K]:
         planned = sorted(self._planned, key=self._next_use, reverse=True)
@@ -173,7 +157,6 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             self.refused += 1
             return None
         self._planned_bytes -= self._planned.pop(victim)
-        self._disown(victim)
         return victim
 
     def _over_share(self) -> bool:
@@ -183,41 +166,6 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         self._planned[key] = size
         self._planned_bytes += size
         self._push(key, distance)
-        owner = None if self._owner is None else self._owner(key)
-        if owner is not None:
-            self._owner_of[key] = owner
-            self._owned.setdefault(owner, {})[key] = size
-            self._owned_bytes[owner] = self._owned_bytes.get(owner, 0) + size
-
-    def _disown(self, key: K) -> None:
-        owner = self._owner_of.pop(key, None)
-        if owner is not None:
-            keys = self._owned[owner]
-            self._owned_bytes[owner] -= keys.pop(key)
-            if not keys:
-                del self._owned[owner], self._owned_bytes[owner]
-
-    def _evict_unfair(self, incoming: K | None) -> K | None:
-        """A chunk of the plan most over its fair share, when the incoming chunk's plan
-        is under its own; None when shares are fair (or plans are not tracked)."""
-        if self._owner is None or incoming is None:
-            return None
-        claimant = self._owner(incoming)
-        if claimant is None:
-            return None
-        held = self._owned_bytes
-        fair = self.planned_share * self.capacity_bytes / len(held.keys() | {claimant})
-        if held.get(claimant, 0) >= fair:
-            return None
-        hog = max(held, key=held.__getitem__, default=None)
-        if hog is None or hog == claimant or held[hog] <= fair:
-            return None
-        sample = list(itertools.islice(self._owned[hog], _FAIR_SAMPLE))
-        victim = max(sample, key=self._next_use)
-        self._planned_bytes -= self._planned.pop(victim)
-        self._disown(victim)
-        self.fair_evictions += 1
-        return victim
 
     def _furthest(self) -> tuple[K | None, float]:
         """The resident planned key with the furthest next use, popped from the heap."""

@@ -7,7 +7,7 @@ window overflows, its oldest key becomes a candidate for the main space, a segme
 main space is full, the candidate duels a victim from probation: the one a frequency
 sketch has seen more often stays, the other is evicted; ties go to the resident victim.
 The sketch counts every request of every key, resident or not, in a count-min sketch of
-counters capped at 15, halved every ten times as many requests as the cache holds
+counters capped at 15, halved every 32 times as many requests as the cache holds
 entries, so that popularity fades.
 
 Why it suits training next to a scan: a chunk read once an epoch is still seen a few
@@ -19,9 +19,17 @@ training chunk while a whole epoch and the scan's inserts go by, ARC's ghost lis
 Departures from Caffeine, each for a failure the simulator showed (see the methods):
 the duel's victim is the least-seen of probation's 4 oldest keys, not the oldest; a
 candidate must lead a victim seen at least twice by two requests, not one; the sketch
-is sized when the cache first fills, from exact counts kept until then. Caffeine's
-adaptive window (hill climbing) and its random admission against hash flooding are
-left out.
+halves its counts every 32 requests per entry, as libCacheSim's does, not every ten;
+the sketch is sized when the cache first fills, from exact counts kept until then.
+Caffeine's adaptive window (hill climbing) and its random admission against hash
+flooding are left out.
+
+On a sequential loop larger than the cache (an epoch read in order), halving every ten
+requests per entry took every count down to 0 or 1 by the time a chunk came back, so
+each newcomer, just counted, led its victim by one and displaced it: the main space
+churned and the hit ratio fell to nothing, where keeping any fixed part of the loop
+gives the cache's share. With the longer memory the counts of a loop's chunks stay at
+two or more, the victim needs a lead of two to lose, and the main space holds.
 
 Same contract as :mod:`spoke.policy.base` (pure, knows nothing of disks; every fill is taken:
 the incoming key enters the window, and the duel is between two resident keys).
@@ -69,7 +77,7 @@ class FrequencySketch:
     DEPTH = 4
     MAX_COUNT = 15
     COUNTERS_PER_ENTRY = 4  # per row; Caffeine's sketch has 16 counters per entry in all
-    SAMPLE_PER_ENTRY = 10  # Caffeine's period: ten requests per cache entry
+    SAMPLE_PER_ENTRY = 32  # libCacheSim's period (Caffeine's is ten requests per entry)
     MIN_ENTRIES = 16
 
     def __init__(self) -> None:
@@ -268,8 +276,9 @@ class WTinyLFUPolicy(EvictionPolicy[K]):
         Not simply the oldest: a victim whose count a sketch collision inflated would
         win every duel from the head of probation and shut the main space to all
         candidates (in the simulator's scan trace, one scan chunk miscounted at 7 held the
-        head and kept part of the training set out for the rest of the run). Sampling a
-        few is enough to step around it.
+        head and kept part of the training set out for the rest of the run; the oldest
+        alone, with the longer sketch memory, left the training job beside the scan under
+        its target). Sampling a few is enough to step around it.
         """
         estimate = self.sketch.estimate
         if not self._probation:

@@ -35,10 +35,13 @@ class PlanPrefetcher:
         self.concurrency = concurrency
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    async def create(self, reads: Iterable[PlannedRead], tenant: str = "",
-                     plan_id: str | None = None) -> ReadPlan:
+    async def create(
+        self, reads: Iterable[PlannedRead], tenant: str = "", *, plan_id: str | None = None,
+        job: str = "",
+    ) -> ReadPlan:
         """Book ``tenant``'s plan of ``reads`` and start prefetching for it; with
-        ``plan_id``, a plan already booked under it is returned instead."""
+        ``plan_id``, a plan already booked under it is returned instead; plans of one
+        ``job`` follow one another (:meth:`PlanBook.add`)."""
         reads = list(reads)
         paths = list(dict.fromkeys(read.path for read in reads))
         # All at once: over a WAN, one round trip per shard in turn held up the job's
@@ -46,7 +49,8 @@ class PlanPrefetcher:
         got = await asyncio.gather(*(self.cache.manifest(path) for path in paths))
         manifests: dict[str, Manifest] = {path: m[0] for path, m in zip(paths, got, strict=True)}
         moved = asyncio.Event()
-        plan = self.book.add(reads, manifests, tenant, on_move=moved.set, plan_id=plan_id)
+        plan = self.book.add(reads, manifests, tenant, on_move=moved.set, plan_id=plan_id,
+                             job=job)
         if plan.id not in self._tasks:  # a job's other rank may have booked it meanwhile
             self._tasks[plan.id] = asyncio.create_task(self._prefetch(plan, moved))
         return plan

@@ -15,7 +15,7 @@ from protocol.auth import allows
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
 from protocol.paths import validate_path, validate_prefix
-from protocol.plan_request import job_plan_id, parse_job
+from protocol.plan_request import job_plan_id, job_series, parse_job
 from protocol.ranges import ByteRange
 from service.auth import CLAIMS, check_paths, check_prefix
 from service.body import send_plan
@@ -197,7 +197,8 @@ async def create_plan(request: web.Request) -> web.Response:
     if plan_id is not None and any(p.id == plan_id for p in request.app[PLAN_BOOK].plans(tenant)):
         return web.json_response(_plan_view(request.app[PLAN_BOOK].get(plan_id, tenant)),
                                  headers={"Location": f"/plans/{plan_id}"})
-    plan = await request.app[PLANS].create(planned, tenant, plan_id)
+    plan = await request.app[PLANS].create(
+        planned, tenant, plan_id=plan_id, job="" if job is None else job_series(job))
     return web.json_response(_plan_view(plan), status=201,
                              headers={"Location": f"/plans/{plan.id}"})
 

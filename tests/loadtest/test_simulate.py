@@ -46,10 +46,14 @@ from spoke.policy import POLICY_NAMES, ARCPolicy, LRUPolicy, S3FIFOPolicy, WTiny
 POLICIES = policy_factories()
 
 
+# The traces (e)-(g) and c/epoch are checked on smaller traces in test_simulate_plans.py.
+TABLE_LABELS = ("a", "b", "c", "d 0.8", "d 1.0")
+
+
 @pytest.fixture(scope="module")
 def quick_rows() -> list[Row]:
-    """Every quick scenario at every capacity, OPT and each policy (a few seconds)."""
-    return run_scenarios(scenarios(quick=True))
+    """The quick scenarios (a)-(d) at every capacity, OPT and each policy."""
+    return run_scenarios([s for s in scenarios(quick=True) if s.label in TABLE_LABELS])
 
 
 def cases(rows: list[Row]) -> dict[tuple[str, float], dict[str, Row]]:
@@ -65,10 +69,11 @@ def cases(rows: list[Row]) -> dict[tuple[str, float], dict[str, Row]]:
 def test_quick_run_covers_every_trace_and_policy(quick_rows: list[Row]) -> None:
     grouped = cases(quick_rows)
     labels = {label for label, _ in grouped}
-    assert labels == {"a", "b", "c", "d 0.8", "d 1.0"}
-    assert {(label, f) for label, f in grouped if label in "ab"} == {
-        (label, f) for label in "ab" for f in (0.25, 0.5, 0.9, 1.1)
-    }
+    assert labels == set(TABLE_LABELS)
+    assert {f for label, f in grouped if label == "a"} == {0.1, 0.25, 0.5, 0.9, 1.1}
+    assert {f for label, f in grouped if label == "b"} == {0.25, 0.5, 0.9, 1.1}
+    assert {s.label: s.kind for s in scenarios(quick=True) if s.label not in TABLE_LABELS} == {
+        "c/epoch": "jobs-epoch", "e": "loop", "f": "growing", "g": "noisy", "g/random": "noisy"}
     for (label, _), policies in grouped.items():
         planned = [f"{name}+plan" for name in POLICY_NAMES] if label in "abc" else []
         assert sorted(policies) == sorted(("opt", *POLICY_NAMES, *planned))
@@ -397,7 +402,7 @@ def test_same_seed_same_results_with_any_number_of_workers(quick_rows: list[Row]
 def test_table_lists_every_row_then_the_traces(quick_rows: list[Row]) -> None:
     text = table(quick_rows)
     assert text.startswith("| trace | cache | policy | hit % (req) | hit % (bytes) |")
-    assert text.count("| opt |") == 15 and text.count("| wtinylfu |") == 15
+    assert text.count("| opt |") == 17 and text.count("| wtinylfu |") == 17
     assert "| a | 50 % | opt | 50.0 | 50.0 | 100 | 100 | 50.0 |  |" in text
     assert "| b | 50 % | opt | 25.0 | 25.0 | 100 | 100 | 50.0 | scan 0.0, train 50.0 |" in text
     assert "\n- d 1.0: Zipf 1.0 over 500 objects" in text

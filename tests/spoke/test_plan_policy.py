@@ -153,15 +153,14 @@ def test_a_used_up_plan_hands_keys_back_to_eviction() -> None:
     assert policy.evict("new") == "a"
 
 
-# --- several plans share the planned part of the cache fairly ------------------------
+# --- several plans: one Belady over all of them ---------------------------------------
 
 
-def two_plans() -> tuple[dict[str, float], dict[str, str]]:
+def two_plans() -> dict[str, float]:
     """Plan A needs a0..a9 soon (distances 1..10); plan B needs b0..b9 only later (100..109)."""
     distances = {f"a{i}": float(i + 1) for i in range(10)}
     distances |= {f"b{i}": float(100 + i) for i in range(10)}
-    owners = {key: key[0].upper() for key in distances}
-    return distances, owners
+    return distances
 
 
 def fill_with(policy: PlanAwarePolicy[str], keys: list[str]) -> list[str | None]:
@@ -179,31 +178,18 @@ def fill_with(policy: PlanAwarePolicy[str], keys: list[str]) -> list[str | None]
     return victims
 
 
-def test_belady_alone_lets_the_plan_with_the_nearer_future_keep_everything() -> None:
-    distances, _ = two_plans()
-    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances))
+def test_belady_across_plans_lets_the_plan_with_the_nearer_future_keep_everything() -> None:
+    """No fair split: the chunks needed soonest, whichever plan needs them, stay."""
+    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(two_plans()))
     fill_with(policy, [f"a{i}" for i in range(10)])
     assert fill_with(policy, [f"b{i}" for i in range(10)]) == [None] * 10  # all declined
     assert sorted(policy.keys()) == sorted(f"a{i}" for i in range(10))
 
 
-def test_a_plan_under_its_fair_share_takes_room_from_one_over_its_own() -> None:
-    distances, owners = two_plans()
-    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances), owner=owners.get)
-    fill_with(policy, [f"a{i}" for i in range(10)])
-    victims = fill_with(policy, [f"b{i}" for i in range(10)])
-    # Fair share: 90 % of 10 chunks over 2 plans = 4.5 each. B takes room until it holds
-    # 5 (past its share), A keeps the 5 it needs soonest; then Belady declines the rest.
-    assert victims[:5] == ["a9", "a8", "a7", "a6", "a5"]
-    assert set(victims[5:]) == {None}
-    resident = set(policy.keys())
-    assert resident == {f"a{i}" for i in range(5)} | {f"b{i}" for i in range(5)}
-    assert policy.fair_evictions == 5
-
-
-def test_one_plan_is_plain_belady() -> None:
-    distances, _ = two_plans()
-    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances), owner=lambda key: "A")
-    fill_with(policy, [f"a{i}" for i in range(10)])
-    assert fill_with(policy, [f"b{i}" for i in range(10)]) == [None] * 10
-    assert policy.fair_evictions == 0
+def test_a_later_plan_takes_the_room_of_chunks_needed_after_its_own() -> None:
+    distances = two_plans() | {f"c{i}": float(50 + i) for i in range(5)}
+    policy = PlanAwarePolicy(LRUPolicy[str](10), fixed(distances))
+    fill_with(policy, [f"b{i}" for i in range(10)])
+    assert fill_with(policy, [f"c{i}" for i in range(5)]) == ["b9", "b8", "b7", "b6", "b5"]
+    assert sorted(policy.keys()) == sorted([f"b{i}" for i in range(5)]
+                                           + [f"c{i}" for i in range(5)])

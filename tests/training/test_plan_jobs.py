@@ -64,3 +64,12 @@ async def test_a_bad_job_name_is_400(make_spoke: SpokeFactory, shards: dict[str,
         assert resp.status == 400
         assert resp.content_type == "application/problem+json"
         assert "job" in (await resp.json())["detail"]
+
+
+def test_a_jobs_epochs_are_one_series_of_plans() -> None:
+    from protocol.plan_request import job_series
+
+    assert job_series("run-42/e3") == job_series("run-42/e4") == "run-42"
+    assert job_series("a/b/e0") == "a/b"
+    assert job_series("solo") == "solo"
+    assert job_series("/e1") == "/e1"  # nothing before the slash: not a series name
