@@ -42,6 +42,8 @@ from loadtest.dataset import SAMPLE_BYTES, Shard, generate
 from loadtest.demo_training import FAST_READ_S, Phase, quantile, train
 from loadtest.lab import Lab
 from loadtest.loader import epoch_order, register_plan
+from loadtest.procs import Process
+from loadtest.tier import free_ports, start_spoke, wait_up, write_secret
 from protocol.sizes import parse_size
 
 # What the seed reported (its experiment at full scale: 8 GPUs, a 30 ms WAN).
@@ -66,8 +68,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="a small dataset and a fast GPU: a check of the machinery")
     parser.add_argument("--png", help="the timeline's PNG, if matplotlib imports ('' for "
                         "none; default: timeline.png in --data-dir)")
+    parser.add_argument("--spokes", type=int, default=1,
+                        help="the cold and warm epochs read through a tier of this many spokes "
+                        "(--peers), each serving a share of the loader's workers, as the nodes "
+                        "of a cluster would; the planned epoch reads through one new spoke")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
+    if args.spokes < 1:
+        parser.error("--spokes must be 1 or more")
     if args.png is None:
         args.png = os.path.join(args.data_dir, "timeline.png")
     if args.quick:
@@ -90,14 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         link = lab.link(hub.url, latency_ms=args.latency_ms,
                         bandwidth_kb_s=round(args.link_mb_s * 1000))
         cap = f"{args.link_mb_s:g} MB/s per connection" if args.link_mb_s else "no cap"
+        # In a tier, X-Cache says HIT for chunks in the spoke that answered; chunks that
+        # spoke had from a peer count as misses there, though they never crossed the link.
+        tier = (f"a tier of {args.spokes} spokes (a peer's chunk is a miss in the hit ratio)"
+                if args.spokes > 1 else "spoke")
         step("servers", f"hub {hub.url} -> link {link.url} ({args.latency_ms} ms, {cap}) "
-                        f"-> spoke")
-        spokes = [lab.spoke(link.url, os.path.join(cache_dir, "a"),
-                            "--capacity", str(2 * dataset_bytes))]
+                        f"-> {tier}")
+        spokes = start_spokes(lab, link.url, cache_dir, args.spokes, 2 * dataset_bytes)
 
         def second_spoke() -> str:
-            lab.stop(spokes[0])
-            spokes.append(lab.spoke(link.url, os.path.join(cache_dir, "b"),
+            for spoke in spokes:
+                lab.stop(spoke)
+            spokes.append(lab.spoke(link.url, os.path.join(cache_dir, "planned"),
                                     "--capacity", str(2 * dataset_bytes)))
             return spokes[-1].url
 
@@ -105,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{SAMPLE_BYTES // 1024} KiB per epoch, {args.workers} workers, GPU "
                          f"at {rate:,.0f} samples/s ({args.batch} per {args.step_ms:g} ms step)")
         started = time.perf_counter()
-        phases = asyncio.run(run_epochs(args, hub.url, spokes[0].url, second_spoke, shards))
+        phases = asyncio.run(run_epochs(args, hub.url, [p.url for p in spokes], second_spoke,
+                                        shards))
         elapsed = time.perf_counter() - started
     print()
     print("\n".join(timeline(phases)))
@@ -115,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     print(SEED)
     print(demo_line(phases))
     png = args.png and plot(phases, args.png, rate)
-    summary = figures(phases, dataset_bytes, rate)
+    summary = {**figures(phases, dataset_bytes, rate), "spokes": args.spokes}
     print(f"(four epochs in {elapsed:.1f} s{'; timeline in ' + png if png else ''})")
     if args.json:
         with open(args.json, "w") as f:
@@ -123,12 +136,30 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if summary["errors"] else 0
 
 
+def start_spokes(lab: Lab, hub_url: str, cache_dir: str, n: int, capacity: int) -> list[Process]:
+    """One spoke, or a tier of ``n``: each chunk crosses the link once, from its owner."""
+    if n == 1:
+        return [lab.spoke(hub_url, os.path.join(cache_dir, "a"), "--capacity", str(capacity))]
+    ports = free_ports(n)
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    secret = write_secret(lab.temp_dir("hubspoke-demo-tier-"))
+    spokes = [start_spoke(lab, hub_url, os.path.join(cache_dir, f"tier-{i}"), capacity, urls, i,
+                          ports, secret) for i in range(n)]
+    asyncio.run(wait_tier_up(urls))
+    return spokes
+
+
+async def wait_tier_up(urls: list[str]) -> None:
+    async with aiohttp.ClientSession() as session:
+        await wait_up(session, urls)
+
+
 def step(name: str, what: str) -> None:
     print(f"== {name}: {what}", flush=True)
 
 
 async def run_epochs(
-    args: argparse.Namespace, hub: str, spoke: str, second_spoke: Callable[[], str],
+    args: argparse.Namespace, hub: str, spoke: list[str], second_spoke: Callable[[], str],
     shards: list[Shard],
 ) -> list[Phase]:
     timeout = aiohttp.ClientTimeout(total=300)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -94,17 +94,21 @@ Progress = Callable[[Phase, int, int], None]
 
 
 async def train(
-    name: str, base_url: str, order: list[tuple[str, int]], session: aiohttp.ClientSession,
+    name: str, base_url: str | Sequence[str], order: list[tuple[str, int]],
+    session: aiohttp.ClientSession,
     *, workers: int, batch: int, step_s: float, plan: str | None = None,
     hub_egress: Callable[[], Awaitable[int | None]] | None = None,
     progress: Progress | None = None,
 ) -> Phase:
-    """One epoch over ``order`` through ``base_url``, the GPU stepping ``step_s`` per batch."""
+    """One epoch over ``order`` through ``base_url``, the GPU stepping ``step_s`` per batch.
+    Several base URLs (a tier's spokes) each serve an equal share of the loader's workers,
+    as the nodes of a cluster would."""
+    urls = [base_url] if isinstance(base_url, str) else list(base_url)
     phase = Phase(name, started=time.perf_counter())
     queue: asyncio.Queue[bool] = asyncio.Queue(maxsize=PREFETCH_BATCHES * batch)
     todo = iter(order)
 
-    async def reader() -> None:
+    async def reader(url: str) -> None:
         for path, index in todo:
             offset = index * SAMPLE_BYTES
             headers = {"Range": f"bytes={offset}-{offset + SAMPLE_BYTES - 1}"}
@@ -112,7 +116,7 @@ async def train(
                 headers["X-Hubspoke-Plan"] = plan
             t0 = time.perf_counter()
             try:
-                async with session.get(f"{base_url}/objects/{path}", headers=headers) as resp:
+                async with session.get(f"{url}/objects/{path}", headers=headers) as resp:
                     body = await resp.read()
                     ok = resp.status == 206 and len(body) == SAMPLE_BYTES
                     hit = resp.headers.get(CACHE_HEADER) == "HIT"
@@ -163,7 +167,7 @@ async def train(
         seen[0] = await hub_egress()
     meter = asyncio.ensure_future(egress() if hub_egress is not None else asyncio.sleep(0))
     try:
-        await asyncio.gather(gpu(), *(reader() for _ in range(workers)))
+        await asyncio.gather(gpu(), *(reader(urls[i % len(urls)]) for i in range(workers)))
     finally:
         meter.cancel()
         await asyncio.gather(meter, return_exceptions=True)

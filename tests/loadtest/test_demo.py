@@ -64,3 +64,23 @@ def test_the_quick_demo_tells_the_whole_story(tmp_path_factory: pytest.TempPathF
         assert png.read_bytes().startswith(b"\x89PNG")
     else:
         assert not png.exists()
+
+
+@pytest.mark.timeout(200)
+def test_a_tier_of_spokes_pulls_the_dataset_across_the_link_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """``--spokes 3``: the cold and warm epochs read through three spokes with ``--peers``,
+    a third of the workers each. Three independent spokes would each pull nearly the whole
+    dataset across the link; the tier pulls each chunk once, from its owner (a fallback to
+    the hub after a slow peer is allowed for, far below a second copy)."""
+    out = tmp_path_factory.mktemp("demo-tier")
+    proc = run_tool("loadtest.demo", [
+        "--quick", "--spokes", "3", "--data-dir", str(out / "data"), "--png", "",
+        "--json", str(out / "figures.json"),
+    ], tmp_path_factory, timeout_s=150)
+    assert "a tier of 3 spokes" in proc.stdout
+    figures = json.loads((out / "figures.json").read_text())
+    assert (figures["errors"], figures["spokes"]) == (0, 3)
+    pulled = figures["cold_hub_egress_mb"] + figures["warm_hub_egress_mb"]
+    assert figures["dataset_mb"] <= pulled < 1.5 * figures["dataset_mb"]
