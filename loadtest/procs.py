@@ -82,10 +82,19 @@ def start_process(
             cwd=REPO, stderr=log, stdout=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+    return wait_for_address(proc, log_path, LISTENING, module, timeout_s)
+
+
+def wait_for_address(
+    proc: subprocess.Popen[bytes], log_path: str, address: re.Pattern[str], name: str,
+    timeout_s: float,
+) -> Process:
+    """Wait until the log at ``log_path`` shows ``address`` (its first group is the URL);
+    a process that exits or stays silent is stopped, and the error carries its log."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with open(log_path, encoding="utf-8", errors="replace") as f:
-            match = LISTENING.search(f.read())
+            match = address.search(f.read())
         if match:
             return Process(proc, match.group(1), log_path)
         if proc.poll() is not None:
@@ -95,4 +104,4 @@ def start_process(
         proc.kill()
     proc.wait()
     with open(log_path, encoding="utf-8", errors="replace") as f:
-        raise RuntimeError(f"{module} did not start:\n{f.read()}")
+        raise RuntimeError(f"{name} did not start:\n{f.read()}")

@@ -16,10 +16,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 
-from loadtest.procs import Process
+from loadtest.procs import Process, wait_for_address
 
 # rclone: "Starting s3 server on [http://127.0.0.1:46457/]"; moto: "Running on http://127.0.0.1:40739"
 _ADDRESS = re.compile(r"(?:Starting s3 server on \[|Running on )(http://127\.0\.0\.1:\d+)")
@@ -66,20 +65,7 @@ def _start(command: list[str], name: str, log_dir: str | None, timeout_s: float)
     with os.fdopen(fd, "wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with open(log_path, encoding="utf-8", errors="replace") as f:
-            match = _ADDRESS.search(f.read())
-        if match:
-            return Process(proc, match.group(1), log_path)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        raise RuntimeError(f"{name} did not start:\n{f.read()}")
+    return wait_for_address(proc, log_path, _ADDRESS, name, timeout_s)
 
 
 def start_rclone_s3(
