@@ -27,7 +27,9 @@ Dataset = tuple[Path, dict[str, bytes]]
 WAIT_S = 60
 
 
-def start_tier_spoke(hub: RunningServer, tmp_path: Path, i: int, ports: list[int]) -> Process:
+def start_tier_spoke(
+    hub: RunningServer, tmp_path: Path, i: int, ports: list[int], *flags: str,
+) -> Process:
     secret = tmp_path / "tier-secret"
     if not secret.exists():
         secret.write_text(SECRET)
@@ -37,7 +39,7 @@ def start_tier_spoke(hub: RunningServer, tmp_path: Path, i: int, ports: list[int
         "--hub", hub.url, "--cache-dir", str(tmp_path / f"cache-{i}"), "--capacity", "64MiB",
         "--peers", peers, "--advertise", f"http://127.0.0.1:{ports[i]}",
         "--peer-secret-file", str(secret), "--peer-refresh", "0.2", "--peer-timeout", "5",
-        "--log-level", "warning",
+        "--log-level", "warning", *flags,
     ], log_dir=str(tmp_path), port=ports[i])
 
 
@@ -223,3 +225,28 @@ async def test_with_the_hub_down_and_its_breaker_open_a_spoke_still_reads_from_o
     status, _, body = await fetch(http, f"{tier.urls[0]}/objects/{path}")
     assert (status, body) == (200, data)
     assert (await stats(http, tier.urls[0]))["breaker_state"] == "open"
+
+
+async def test_spokes_with_reader_workers_form_a_tier_like_any_other(
+    hub: RunningServer, tmp_path: Path, dataset: Dataset, http: aiohttp.ClientSession,
+) -> None:
+    """``--workers 2`` (reader processes answer hits, the owner process the rest): every
+    read is exact through either spoke, and the tier pulls each chunk from the hub once."""
+    contents = {p: d for p, d in dataset[1].items() if d}
+    ports = free_ports(2)
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    procs = [await asyncio.to_thread(start_tier_spoke, hub, tmp_path, i, ports, "--workers", "2")
+             for i in range(2)]
+    try:
+        await wait_all_up(http, urls, WAIT_S)
+        sent_before = await metric(http, hub.url, "hub_bytes_sent_total")
+        for _ in range(2):  # the second round: hits, in the readers too
+            for url in urls:
+                assert await read_all(http, url, contents) == 0
+        docs = [await settled_stats(http, url) for url in urls]
+        assert await metric(http, hub.url, "hub_bytes_sent_total") - sent_before == sum(
+            len(d) for d in contents.values())
+        assert all(doc["peer_fetches"] > 0 for doc in docs)
+    finally:
+        for proc in procs:
+            await asyncio.to_thread(proc.stop)
