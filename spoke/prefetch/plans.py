@@ -197,15 +197,20 @@ class ReadPlan:
 
     def _recognised(self, position: int) -> None:
         recent = self._recent
-        if position in recent:
+        seen = position in recent
+        if seen and position in self._consumed:
             return  # a retry, or a stray of a read just made: it says nothing new
+        # Seen but not taken: a stray of this sample came first, unbacked. The read
+        # itself, when it comes, is judged as if new (else the plan's last read, so
+        # shadowed, would never be taken and the plan never finish).
         support = self._SUPPORT
         backed = abs(position - self.cursor) <= support or any(
-            abs(position - other) <= support for other in recent)
-        recent.append(position)
-        if len(recent) == recent.maxlen:  # a median of a few is a stray's to move
-            ranked = sorted(recent)
-            self.anchor = max(self.anchor, ranked[(len(ranked) - 1) // 2])
+            abs(position - other) <= support for other in recent if other != position)
+        if not seen:
+            recent.append(position)
+            if len(recent) == recent.maxlen:  # a median of a few is a stray's to move
+                ranked = sorted(recent)
+                self.anchor = max(self.anchor, ranked[(len(ranked) - 1) // 2])
         if not backed:
             return  # alone so far: a stray, or the first of a run that the next backs
         consumed = self._consumed

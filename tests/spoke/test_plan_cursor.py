@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from spoke.prefetch.plans import ReadPlan
@@ -96,6 +96,9 @@ def shuffled(count: int, samples: int, seed: int) -> list[int]:
     reorder_share=st.floats(0, 1),
     seed=st.integers(0, 2**16),
 )
+# A stray read of the plan's last sample came before it, unbacked: the last read itself
+# was then taken for a retry and the plan never finished (found by this property in CI).
+@example(epochs_count=6, samples=260, noise=0.02, reorder_share=0.0, seed=6)
 def test_the_cursor_follows_any_epochs_through_noise_and_reordering(
     epochs_count: int, samples: int, noise: float, reorder_share: float, seed: int
 ) -> None:
