@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -118,12 +119,10 @@ async def wait_up(http: aiohttp.ClientSession, urls: list[str], timeout_s: float
     """Until every spoke sees every other one up."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
+        with contextlib.suppress(aiohttp.ClientError):  # a spoke still starting
             docs = [await spoke_stats(http, u) for u in urls]
             if all(up_count(d) == len(urls) for d in docs):
                 return
-        except aiohttp.ClientError:
-            pass
         if time.monotonic() > deadline:
             raise RuntimeError("the tier did not come up")
         await asyncio.sleep(0.1)
