@@ -39,10 +39,11 @@ from typing import Any
 import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES, Shard, generate
-from loadtest.demo_training import FAST_READ_S, Phase, quantile, train
+from loadtest.demo_training import FAST_READ_S, Phase, train
 from loadtest.lab import Lab
 from loadtest.loader import epoch_order, register_plan
 from loadtest.procs import Process
+from loadtest.quantiles import quantile
 from loadtest.tier import free_ports, start_spoke, wait_up, write_secret
 from protocol.sizes import parse_size
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from loadtest.dataset import SAMPLE_BYTES
+from loadtest.quantiles import quantile
 from protocol.headers import CACHE_HEADER
 
 # Samples the workers may hold ready ahead of the GPU, in batches (a DataLoader's
@@ -83,11 +84,6 @@ class Phase:
         while len(self.series) <= t:
             self.series.append(Second(len(self.series)))
         return self.series[t]
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 Progress = Callable[[Phase, int, int], None]

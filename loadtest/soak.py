@@ -78,6 +78,7 @@ from loadtest.faults import DISK_FULL, NORMAL, OUTAGE, Applied, FaultInjector, p
 from loadtest.lab import Lab
 from loadtest.meter import memory, open_fds
 from loadtest.procs import Process
+from loadtest.quantiles import quantile
 from protocol.headers import CACHE_HEADER
 from protocol.sizes import parse_size
 
@@ -564,10 +565,7 @@ def disk_bytes(chunks_dir: str) -> int:
 
 
 def quantile_ms(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return 1000 * quantile(values, q, empty=math.nan)
 
 
 @dataclass

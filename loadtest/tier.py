@@ -38,6 +38,7 @@ import aiohttp
 from loadtest.dataset import Shard, generate
 from loadtest.lab import Lab
 from loadtest.procs import Process, start_process
+from loadtest.quantiles import quantile
 from protocol.placement import chunk_key, owner
 
 SECRET = "loadtest-tier-secret-0123456789abcdef"
@@ -203,7 +204,7 @@ def quantiles(samples: list[float]) -> dict[str, float]:
         return {"n": 0}
     ordered = sorted(samples)
     return {"n": len(ordered), "p50_ms": 1000 * statistics.median(ordered),
-            "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]}
+            "p99_ms": 1000 * quantile(ordered, 0.99)}
 
 
 async def egress_for(lab: Lab, hub: Process, n: int, shards: list[Shard], sizes: Sizes,

@@ -50,6 +50,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from loadtest.dataset import SAMPLE_BYTES, TOKENS_PER_SAMPLE, generate
 from loadtest.lab import Lab
+from loadtest.quantiles import quantile
 from protocol.sizes import parse_size
 from spoke.client.torch_dataset import PlannedSampler, ShardedSamples
 
@@ -285,13 +286,6 @@ def steady_from(batches: list[dict[str, float]]) -> int:
     return steady
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str, Any]]:
     """Per epoch: figures over all ranks, and the per-batch timeline (batch i of every rank)."""
     out = []
@@ -322,8 +316,8 @@ def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str
         out.append({
             "samples_per_s": samples / (end - start),
             "util": statistics.fmean(s / w for s, w in zip(step, walls, strict=True)),
-            "read_p50_ms": 1000 * percentile(reads, 0.50),
-            "read_p99_ms": 1000 * percentile(reads, 0.99),
+            "read_p50_ms": 1000 * quantile(reads, 0.50),
+            "read_p99_ms": 1000 * quantile(reads, 0.99),
             "steady_from_batch": steady,
             "batches": min(len(bs) for bs in per_rank),
             **poller.between(start, end),
@@ -504,8 +498,8 @@ def plot(timelines: dict[str, list[dict[str, Any]]], path: str) -> None:
 
     panels: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
         ("samples/s", lambda r: r["samples_per_s"]), ("util", lambda r: r["util"]),
-        (f"read p50 ms ({READ_WINDOW} batches)", lambda r: percentile(r["window_ms"], 0.5)),
-        (f"read p99 ms ({READ_WINDOW} batches)", lambda r: percentile(r["window_ms"], 0.99)),
+        (f"read p50 ms ({READ_WINDOW} batches)", lambda r: quantile(r["window_ms"], 0.5)),
+        (f"read p99 ms ({READ_WINDOW} batches)", lambda r: quantile(r["window_ms"], 0.99)),
         ("chunk hit ratio", lambda r: r["hit_ratio"]),
         ("hub MB", lambda r: r["hub_bytes"] / 1e6)]
     for rows in timelines.values():  # each batch's reads and those of the batches before

@@ -14,7 +14,7 @@ import enum
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
 from protocol.errors import BadPath
 from protocol.paths import validate_path, validate_prefix
@@ -72,6 +72,19 @@ _S3_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 
 BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def decodes(text: str) -> bool:
+    """Whether ``text``'s percent-escapes are whole and decode as UTF-8."""
+    if "%" not in text:
+        return True
+    if BAD_PERCENT.search(text):
+        return False
+    try:
+        unquote_to_bytes(text).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def parse_query(raw_query: str) -> dict[str, str]:

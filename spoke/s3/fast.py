@@ -14,14 +14,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Awaitable, Sequence
-from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
 from protocol.s3 import xml
-from protocol.s3.requests import BAD_PERCENT, Operation, bucket_from_host, target
+from protocol.s3.requests import Operation, bucket_from_host, decodes, target
 from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
@@ -185,18 +184,8 @@ def _fast_query(raw_query: str) -> bool:
         return True
     for part in raw_query.split("&"):
         name, _, value = part.partition("=")
-        if name not in FAST_PARAMS or ("%" in value and not _decodes(value)):
+        if name not in FAST_PARAMS or not decodes(value):
             return False
-    return True
-
-
-def _decodes(value: str) -> bool:
-    if BAD_PERCENT.search(value):
-        return False
-    try:
-        unquote_to_bytes(value).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
     return True
 
 
