@@ -9,8 +9,9 @@ spreads connections over all N. Why processes: one Python process saturates one 
 on small reads, where nginx runs one worker per core (docs/performance.md).
 
 Each sibling holds one end of a socket pair whose other end only the first process
-holds: it says it listens by writing a byte on it, and stops when it reads the end of
-it, so a first process killed outright (SIGKILL) leaves no sibling behind. SIGTERM or
+holds: on it, it receives the shared block of counters (:mod:`hub.stats`) and its slot
+in it, says it listens by writing a byte, and stops when it reads the end of it, so a
+first process killed outright (SIGKILL) leaves no sibling behind. SIGTERM or
 SIGINT to the first process stops the siblings, then itself. A sibling that dies is
 started again.
 """
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from hub.config import LIFELINE_FLAG
+from hub.stats import HubStats, SharedCounts
 from service.runner import Companion, start_site
 
 logger = logging.getLogger(__name__)
@@ -54,8 +56,11 @@ class _Sibling:
 class Siblings:
     """The first process's side: starts the siblings, restarts one that dies, stops them."""
 
-    def __init__(self, count: int, argv: Sequence[str], port: int) -> None:
+    def __init__(self, count: int, argv: Sequence[str], port: int, counts: SharedCounts) -> None:
+        if counts.processes != count + 1:
+            raise ValueError(f"{counts.processes} counter slots for {count + 1} processes")
         self.count = count
+        self.counts = counts
         # The first process's own arguments, the port made the bound one: the last
         # occurrence of a flag wins.
         self.argv = [*argv, "--port", str(port), "--workers", "1"]
@@ -68,14 +73,22 @@ class Siblings:
         return [s.proc.pid for s in self.siblings]
 
     async def start(self) -> None:
-        for index in range(self.count):
-            self.siblings.append(await self._spawn())
-            self._watchers.append(asyncio.create_task(self._watch(index)))
+        """All at once (a sibling takes a second or so to import); the first that fails
+        is raised, once those that started are known to :meth:`stop`."""
+        started = await asyncio.gather(*(self._spawn(i) for i in range(self.count)),
+                                       return_exceptions=True)
+        self.siblings = [s for s in started if isinstance(s, _Sibling)]
+        for error in started:
+            if isinstance(error, BaseException):
+                raise error
+        self._watchers = [asyncio.create_task(self._watch(i)) for i in range(self.count)]
 
-    async def _spawn(self) -> _Sibling:
+    async def _spawn(self, index: int) -> _Sibling:
         mine, theirs = socket.socketpair()
-        mine.setblocking(False)
         try:
+            # Before the sibling starts: its first read finds it whole.
+            socket.send_fds(mine, [(index + 1).to_bytes(4, "big")], [self.counts.fd])
+            mine.setblocking(False)
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "hub", *self.argv, LIFELINE_FLAG, str(theirs.fileno()),
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
@@ -109,7 +122,7 @@ class Siblings:
             if self._stopping:
                 return
             try:
-                self.siblings[index] = await self._spawn()
+                self.siblings[index] = await self._spawn(index)
             except SiblingError as exc:
                 logger.error("%s; the port is served by the others", exc)
                 return
@@ -136,13 +149,13 @@ class Siblings:
         sibling.lifeline.close()
 
 
-def siblings(count: int, argv: Sequence[str]) -> Companion:
+def siblings(count: int, argv: Sequence[str], counts: SharedCounts) -> Companion:
     """The first process's companion (:func:`service.runner.serve_forever`): ``count``
-    siblings on its bound port while it serves."""
+    siblings on its bound port while it serves, counting into ``counts``."""
 
     @contextlib.asynccontextmanager
     async def run(_runner: web.AppRunner, port: int) -> AsyncIterator[None]:
-        pool = Siblings(count, argv, port)
+        pool = Siblings(count, argv, port, counts)
         try:
             await pool.start()
             yield
@@ -152,13 +165,20 @@ def siblings(count: int, argv: Sequence[str]) -> Companion:
     return run
 
 
+def sibling_stats(lifeline: socket.socket) -> HubStats:
+    """A sibling's counters: its slot of the block the first process sent (blocking)."""
+    data, fds, _flags, _addr = socket.recv_fds(lifeline, 4, 1)
+    if len(data) != 4 or len(fds) != 1:
+        raise SiblingError("the first hub process sent no counters")
+    return HubStats(SharedCounts.open(fds[0]), int.from_bytes(data, "big"))
+
+
 async def serve_sibling(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
-    lifeline_fd: int,
+    lifeline: socket.socket,
 ) -> None:
     """A sibling's life: serve ``port`` beside the first process until SIGTERM, or until
     the first process is gone. It prints no ``listening on`` line: the first one does."""
-    lifeline = socket.socket(fileno=lifeline_fd)
     lifeline.setblocking(False)
     loop = asyncio.get_running_loop()
     runner, _ = await start_site(app, host, port, ssl_context, reuse_port=True)
