@@ -16,12 +16,6 @@ from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.config import SpokeConfig
 from tests.support.servers import GatedBackend, RunningServer, start_hub, start_spoke, write_dataset
 
-# A hub started as a process (``python -m hub serve``) serves from one process in tests
-# unless the test asks for more: its default, one per core, would multiply the processes
-# on a shared machine, and a test reading the hub's per-process gauges would race. (The
-# spoke's --workers reads the same variable; its default is one already.)
-os.environ.setdefault("HUBSPOKE_WORKERS", "1")
-
 CHUNK = 64 * 1024
 # Sizes chosen to hit the edge cases: empty, tiny, exact multiples, a partial
 # last chunk, and an object of many chunks.

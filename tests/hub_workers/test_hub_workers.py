@@ -164,9 +164,9 @@ def test_one_worker_is_one_process(start: Callable[..., Process]) -> None:
     assert metrics(hub)["hub_processes"] == 1
 
 
-def test_workers_default_to_one_per_core() -> None:
+def test_one_process_by_default_auto_is_one_per_core() -> None:
     cores = len(os.sched_getaffinity(0))
-    assert HubConfig.workers == cores
+    assert HubConfig.workers == 1
     _, config = parse_config(["serve", "--root", "r", "--workers", "auto"], {})
     assert config.workers == cores
     _, config = parse_config(["serve", "--root", "r"], {"HUBSPOKE_WORKERS": "4"})
