@@ -18,6 +18,7 @@ import pytest
 
 from hub.config import HubConfig, parse_config
 from loadtest.procs import Process, start_process
+from loadtest.s3_stores import start_rclone_s3
 from tests.support.servers import write_dataset
 
 FILE = "ds/data.bin"
@@ -181,3 +182,25 @@ def test_a_bad_worker_count_is_refused_by_name(
         parse_config(["serve", "--root", "r", "--workers", text], {})
     assert exit_.value.code == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_an_object_store_root_is_served_by_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data = write_dataset(str(tmp_path / "store" / "bucket"), {FILE: 5000})[FILE]
+    store = start_rclone_s3(str(tmp_path / "store"), log_dir=str(tmp_path))
+    try:
+        for name, value in store.env().items():
+            monkeypatch.setenv(name, value)
+        hub = start_process("hub", ["--root", "s3://bucket", "--workers", "3",
+                                    "--index-dir", str(tmp_path / "index")],
+                            log_dir=str(tmp_path))
+        try:
+            assert children(hub) == []
+            assert metrics(hub)["hub_processes"] == 1
+            assert get(hub, f"/objects/{FILE}", {"Range": "bytes=10-19"}) == (206, data[10:20])
+            assert any("served by one process" in line for line in hub.log), hub.log
+        finally:
+            hub.stop()
+    finally:
+        store.stop()
