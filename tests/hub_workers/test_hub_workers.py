@@ -9,16 +9,20 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+import trustme
 
 from hub.config import HubConfig, parse_config
 from loadtest.procs import Process, start_process
 from loadtest.s3_stores import start_rclone_s3
+from service.tls import client_context
+from tests.security.test_tls import issue
 from tests.support.servers import write_dataset
 
 FILE = "ds/data.bin"
@@ -77,9 +81,12 @@ def port_of(hub: Process) -> int:
     return int(hub.url.rsplit(":", 1)[1])
 
 
-def get(hub: Process, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    """One request on a fresh connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", port_of(hub), timeout=WAIT_S)
+def get(hub: Process, path: str, headers: dict[str, str] | None = None,
+        tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One request on a fresh connection (over TLS with ``tls``)."""
+    conn = (http.client.HTTPConnection("127.0.0.1", port_of(hub), timeout=WAIT_S) if tls is None
+            else http.client.HTTPSConnection("127.0.0.1", port_of(hub), timeout=WAIT_S,
+                                             context=tls))
     try:
         conn.request("GET", path, headers=headers or {})
         response = conn.getresponse()
@@ -88,8 +95,8 @@ def get(hub: Process, path: str, headers: dict[str, str] | None = None) -> tuple
         conn.close()
 
 
-def metrics(hub: Process) -> dict[str, float]:
-    status, body = get(hub, "/metrics")
+def metrics(hub: Process, tls: ssl.SSLContext | None = None) -> dict[str, float]:
+    status, body = get(hub, "/metrics", tls=tls)
     assert status == 200
     return {name: float(value) for name, value in
             (line.split(" ", 1) for line in body.decode().splitlines()
@@ -204,3 +211,17 @@ def test_an_object_store_root_is_served_by_one_process(
             hub.stop()
     finally:
         store.stop()
+
+
+def test_every_process_serves_tls(
+    start: Callable[..., Process], root: tuple[Path, bytes], tmp_path: Path,
+) -> None:
+    pki = issue(trustme.CA(), tmp_path / "pki", "127.0.0.1")
+    hub = start("--workers", "2", "--tls-cert", str(pki.cert_file), "--tls-key",
+                str(pki.key_file))
+    assert hub.url.startswith("https://")
+    wait_until("both listen", lambda: len(listening_pids(port_of(hub))) == 2)
+    tls = client_context(str(pki.ca_file))
+    for _ in range(20):
+        assert get(hub, f"/objects/{FILE}", {"Range": "bytes=0-99"}, tls) == (206, root[1][:100])
+    assert metrics(hub, tls)["hub_bytes_sent_total"] == 20 * 100
