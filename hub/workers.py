@@ -104,6 +104,9 @@ class Siblings:
                 asyncio.get_running_loop().sock_recv(mine, len(READY)), READY_TIMEOUT_S)
         except (TimeoutError, OSError):
             said = b""
+        except asyncio.CancelledError:  # stopping while it starts: stopped too
+            await self._end(sibling)
+            raise
         if said != READY:
             await self._end(sibling)
             raise SiblingError(f"a hub worker did not start (exit code {proc.returncode})")
