@@ -20,9 +20,11 @@ from service.problem import Handler, problem_middleware
 from service.routes import add_routes
 
 
-def make_app(config: HubConfig, backend: Backend | None = None) -> web.Application:
-    """The hub application; ``backend`` defaults to what ``config.root`` names."""
-    stats = HubStats()
+def make_app(config: HubConfig, backend: Backend | None = None,
+             stats: HubStats | None = None) -> web.Application:
+    """The hub application; ``backend`` defaults to what ``config.root`` names, ``stats``
+    to this process's own (a sibling's count with the others': hub.workers)."""
+    stats = stats if stats is not None else HubStats()
 
     @web.middleware
     async def count_requests(request: web.Request, handler: Handler) -> web.StreamResponse:

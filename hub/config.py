@@ -14,6 +14,15 @@ from service.limits import LimitSettings
 from service.runner import ListenSettings
 from service.settings import add_settings, config_from, setting, settings
 from service.tls import TlsSettings, parse_checked
+from service.workers import worker_count
+
+# ``--workers auto``: one process per usable core, as nginx's ``worker_processes auto``;
+# two per core measured worse. The default is one process: side by side with nginx on
+# shared cores, one hub process served small reads faster than two (it never filled
+# its core there; more processes only split the wakeups). More pay on a hub host whose
+# one process is busy all the time (docs/performance.md, *The hub's own reads*).
+WORKERS_PER_CORE = 1
+LIFELINE_FLAG = "--lifeline"
 
 
 @settings
@@ -58,8 +67,22 @@ class _Serving(_Chunking):
 
 
 @settings
-class HubConfig(_Objects, ListenSettings, _Serving, LoggingSettings, AuthSettings, TlsSettings,
-                LimitSettings, StoreSettings):
+class _Processes:
+    """How many processes serve the port (hub.workers)."""
+
+    workers: int = setting(
+        "--workers", default="1", parse=worker_count(WORKERS_PER_CORE),
+        help="processes serving the port, peers (SO_REUSEPORT; 'auto': one per core; for a "
+             "directory root: an s3:// root is served by one)")
+    # Set only in a sibling's process, by the first one (hub.workers).
+    lifeline_fd: int | None = setting(
+        LIFELINE_FLAG, default=None, parse=int, internal=True,
+        help="the socket a sibling tells it listens on, and learns the first process is gone by")
+
+
+@settings
+class HubConfig(_Objects, ListenSettings, _Serving, _Processes, LoggingSettings, AuthSettings,
+                TlsSettings, LimitSettings, StoreSettings):
     """``python -m hub serve``'s settings, its flags in this order."""
 
 

@@ -1,13 +1,16 @@
 """The hub's warm rows alone: the hub and nginx serving the same file, side by side.
 
     python -m loadtest.bench_hub [--seconds 4 --rounds 2 --file-size 256MiB]
+                                 [--hub-workers default,1,2,auto]
 
 The same wrk scripts as :mod:`loadtest.bench` (random aligned ``Range`` reads of one
 file, 4 MiB × 16 connections and 64 KiB × 64), in interleaved rounds over the hub's
 ``/objects/`` and nginx's ``/file/`` (nginx serving the file from disk: the client's
 ceiling), with the file in the page cache. Prints one row per server (medians), the
 hub ÷ nginx ratio the hub is held to (the median of each round's paired ratio), and
-each server's CPU-seconds per GB sent.
+each server's CPU-seconds per GB sent (all of a server's processes). The hub runs with
+its default ``--workers``; ``--hub-workers`` runs one hub per count given beside it
+(``default`` for none given), each in every round, the order turned each round.
 """
 
 from __future__ import annotations
@@ -29,6 +32,22 @@ from protocol.sizes import parse_size
 BIG, SMALL = 4 << 20, 64 << 10
 # The issue's targets: hub ÷ nginx serving the file.
 TARGETS = {"4MiB": 0.9, "64KiB": 0.6}
+DEFAULT = "default"
+NGINX = "nginx file"
+
+
+def _worker_counts(text: str) -> list[str]:
+    counts = [part.strip() for part in text.split(",") if part.strip()]
+    for count in counts:
+        if count not in (DEFAULT, "auto") and not (count.isdigit() and int(count) > 0):
+            raise argparse.ArgumentTypeError(f"not a worker count: {count!r}")
+    if not counts or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"each count once, at least one: {text!r}")
+    return counts
+
+
+def hub_name(workers: str) -> str:
+    return "hub" if workers == DEFAULT else f"hub --workers {workers}"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -36,6 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=4, help="wrk seconds per cell")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per cell")
     parser.add_argument("--file-size", type=parse_size, default=256 << 20)
+    parser.add_argument("--hub-workers", type=_worker_counts, default=[DEFAULT],
+                        help="hubs to run, by --workers, comma-separated ('default': the "
+                             "hub's own; 'auto', or a count)")
     parser.add_argument("--json", help="also write the runs to this JSON file")
     return parser.parse_args(argv)
 
@@ -52,21 +74,27 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, list[WrkRun]]]:
         with open(f"{work}/{f.path}", "rb") as fh:
             while fh.read(8 << 20):
                 continue  # into the page cache: these are the warm rows
-        hub = lab.hub(work, "--access-log", "off", "--log-level", "warning")
-        host, port = hub.url.removeprefix("http://").split(":")
+        targets = []
+        for workers in args.hub_workers:
+            flags = [] if workers == DEFAULT else ["--workers", workers]
+            hub = lab.hub(work, "--access-log", "off", "--log-level", "warning", *flags)
+            targets.append((hub_name(workers), f"{hub.url}/objects/{f.path}", hub.pid))
+        host, port = targets[0][1].removeprefix("http://").split("/")[0].split(":")
         nginx = lab.enter(start_nginx((host, int(port)), file_root=work))
-        targets = [("hub", f"{hub.url}/objects/{f.path}", hub.pid),
-                   ("nginx file", f"{nginx.url}/file/{f.path}", nginx.pid)]
+        targets.append((NGINX, f"{nginx.url}/file/{f.path}", nginx.pid))
         tests = [("4MiB", BIG, 16), ("64KiB", SMALL, 64)]
         for rnd in range(args.rounds):
-            order = targets[:] if rnd % 2 == 0 else targets[::-1]
+            turn = rnd % len(targets)
+            order = targets[turn:] + targets[:turn]
+            if rnd % 2:
+                order.reverse()
             random.Random(rnd).shuffle(tests)
             for test, size, conns in tests:
                 for name, url, pid in order:
                     run = run_wrk(name, test, url, "random_range.lua",
                                   [str(f.size), str(size), str(size), str(rnd + 1)],
                                   conns, args.seconds, 1, pid)
-                    print(f"round {rnd + 1} {test:>6} {name:<10} {run.req_s:9,.0f} req/s "
+                    print(f"round {rnd + 1} {test:>6} {name:<18} {run.req_s:9,.0f} req/s "
                           f"{run.gb_s:6.2f} GB/s p99 {run.p99_ms:6.1f} ms server "
                           f"{run.server_cores:.2f} cores, {run.errors} errors",
                           file=sys.stderr, flush=True)
@@ -83,13 +111,16 @@ def report(runs: dict[str, dict[str, list[WrkRun]]]) -> list[str]:
                       for k in ("req_s", "gb_s", "p99_ms")}
                | {"cpu": statistics.median(cpu_s_per_gb(r) for r in rs)}
                for name, rs in by_name.items()}
-        # Each round's hub and nginx ran back to back: the median of those paired ratios
+        # Each round ran every server once, close in time: the median of those paired ratios
         # is steadier on a shared machine than a ratio of medians.
-        ratio = statistics.median(h.req_s / n.req_s if n.req_s else 0.0 for h, n in
-                                  zip(by_name["hub"], by_name["nginx file"], strict=True))
-        verdict = "PASS" if ratio >= TARGETS[test] else "FAIL"
+        ratios = {name: statistics.median(
+                      h.req_s / n.req_s if n.req_s else 0.0
+                      for h, n in zip(rs, by_name[NGINX], strict=True))
+                  for name, rs in by_name.items() if name != NGINX}
         for name, m in med.items():
-            mine = name == "hub"
+            mine = name in ratios
+            ratio = ratios.get(name, 0.0)
+            verdict = "PASS" if ratio >= TARGETS[test] else "FAIL"
             lines.append(
                 f"| {test} | {name} | {m['req_s']:,.0f} | {m['gb_s']:.2f} | {m['p99_ms']:.1f} | "
                 f"{m['cpu']:.2f} | {f'{ratio:.2f}' if mine else ''} | "

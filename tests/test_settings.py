@@ -77,7 +77,7 @@ def test_help_lists_the_flags_in_the_order_the_config_reads() -> None:
     assert spoke[-2:] == ["--workers", "--cpu-affinity"]
     assert spoke.index("--access-log") < spoke.index("--hub-token-file") < spoke.index("--tls-cert")
     assert flags(hub_parser) == [
-        "--root", "--host", "--port", "--chunk-size", "--digest-alg", "--log-level",
+        "--root", "--host", "--port", "--chunk-size", "--digest-alg", "--workers", "--log-level",
         "--log-format", "--access-log", "--auth-secret-file", "--auth-previous-secret-file",
         "--metrics-auth", "--tls-cert", "--tls-key", "--max-inflight-per-client",
         "--max-connections-per-client", "--header-timeout", "--keepalive-timeout",
@@ -89,7 +89,9 @@ def test_the_shared_settings_are_the_same_declarations_on_hub_and_spoke() -> Non
     spoke = {spec.flag: spec for spec in declared(SpokeConfig)}
     shared = hub.keys() & spoke.keys()
     assert {"--log-level", "--auth-secret-file", "--tls-cert", "--keepalive-timeout"} <= shared
-    for flag in shared - {"--port"}:  # each its own port
+    # Each its own port, and its own processes (the spoke's are an owner and readers,
+    # the hub's peers).
+    for flag in shared - {"--port", "--workers"}:
         assert hub[flag] is spoke[flag], flag
 
 
