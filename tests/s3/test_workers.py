@@ -129,6 +129,7 @@ def test_warm_ranged_gets_are_answered_by_both_processes_and_counted_by_the_owne
     before = spoke.settled("spoke_s3_requests_total", spoke.metric("spoke_s3_requests_total",
                                                                    **label), **label)
     hits_before = spoke.metric("spoke_s3_read_seconds_count", cache="hit")
+    labelled_before = spoke.metric("spoke_read_seconds_count", cache="hit", front="s3")
     reads = [(i * 3000, i * 3000 + CHUNK + 99) for i in range(CLIENTS)]  # across chunks
     processes = set()
     for first, last in reads:
@@ -143,6 +144,8 @@ def test_warm_ranged_gets_are_answered_by_both_processes_and_counted_by_the_owne
         before + CLIENTS
     assert spoke.settled("spoke_s3_read_seconds_count", hits_before + CLIENTS, cache="hit") == \
         hits_before + CLIENTS
+    assert spoke.settled("spoke_read_seconds_count", labelled_before + CLIENTS, cache="hit",
+                         front="s3") == labelled_before + CLIENTS
     assert spoke.stats()["hub_fetches"] == fetches
 
 
