@@ -70,6 +70,7 @@ class FastTargets:
         self.access = access
         self.domain = domain
         self._paths: dict[str, tuple[str, str] | None] = {}
+        self._queries: dict[str, bool] = {}  # a presigned URL's comes again and again
 
     def read(self, head: RequestHead) -> FastRead | None:
         """``head`` as a fast read, or None: aiohttp's to answer (a refusal included)."""
@@ -79,7 +80,7 @@ class FastTargets:
             return None  # virtual-hosted: aiohttp's
         raw_path, _, raw_query = head.target.partition("?")
         named = self._object_path(raw_path)
-        if named is None or not _fast_query(raw_query):
+        if named is None or (raw_query and not self._fast_query(raw_query)):
             return None
         bucket, path = named
         rng = head.headers.get("range")
@@ -95,6 +96,15 @@ class FastTargets:
             {k: v for k, v in head.headers.items() if k in READ_FIELDS})
         plain = RequestHead(head.method, f"{OBJECTS}{path}", fields, head.keep_alive)
         return FastRead(raw_path, bucket, path, plain)
+
+    def _fast_query(self, raw_query: str) -> bool:
+        """:func:`_fast_query`, remembered."""
+        fast = self._queries.get(raw_query)
+        if fast is None:
+            if len(self._queries) >= MAX_REMEMBERED_PATHS:
+                self._queries.clear()
+            fast = self._queries[raw_query] = _fast_query(raw_query)
+        return fast
 
     def _object_path(self, raw_path: str) -> tuple[str, str] | None:
         """The bucket and object path path-style ``raw_path`` names, or None (not an
