@@ -46,6 +46,24 @@ class Histogram:
         self.sum += total
         self.count += sum(counts)
 
+    def less(self, part: Histogram) -> Histogram:
+        """This histogram without ``part``'s observations, where ``part`` counts some of
+        the same events timed a little later (so never in a lower bucket): its count is
+        exact, a bucket an event straddles may keep it. The cumulative counts stay
+        non-decreasing, in the bound and from one scrape to the next."""
+        if part.buckets != self.buckets:
+            raise ValueError("histograms with different buckets")
+        rest = Histogram(self.buckets)
+        mine, theirs, kept = 0, 0, 0
+        total = max(0, self.count - part.count)
+        for i, (n, m) in enumerate(zip(self.counts, part.counts, strict=True)):
+            mine, theirs = mine + n, theirs + m
+            cumulative = min(total, max(kept, mine - theirs))
+            rest.counts[i], kept = cumulative - kept, cumulative
+        rest.count = total
+        rest.sum = max(0.0, self.sum - part.sum) if total else 0.0
+        return rest
+
     def cumulative(self) -> list[tuple[str, float]]:
         """(upper bound, observations <= bound) pairs, ending with +Inf."""
         pairs, running = [], 0
@@ -72,13 +90,16 @@ def _bound_text(bound: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HistogramSeries:
-    """A histogram, or one per value of ``label`` (low cardinality only)."""
+    """A histogram, or one per value of ``label`` (low cardinality only), or one per
+    tuple of values of ``labels``, read at scrape time (``by_labels``)."""
 
     name: str
     help: str
     histogram: Histogram | None = None
     label: str = ""
     by_label: dict[str, Histogram] | None = None
+    labels: tuple[str, ...] = ()
+    by_labels: Callable[[], Mapping[tuple[str, ...], Histogram]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +169,11 @@ def _histogram_family(s: HistogramSeries) -> HistogramMetricFamily:
     if s.histogram is not None:
         h = s.histogram
         return HistogramMetricFamily(s.name, s.help, buckets=h.cumulative(), sum_value=h.sum)
+    if s.by_labels is not None:
+        family = HistogramMetricFamily(s.name, s.help, labels=list(s.labels))
+        for values, h in s.by_labels().items():
+            family.add_metric(list(values), buckets=h.cumulative(), sum_value=h.sum)
+        return family
     family = HistogramMetricFamily(s.name, s.help, labels=[s.label])
     for value, h in (s.by_label or {}).items():
         family.add_metric([value], buckets=h.cumulative(), sum_value=h.sum)

@@ -57,11 +57,6 @@ async def start_site(
     return runner, int(bound)
 
 
-# Runs alongside a started server: entered once it listens (its runner, the bound
-# port), left before it stops. The spoke's reader workers live in one.
-Companion = Callable[[web.AppRunner, int], AbstractAsyncContextManager[None]]
-
-
 @dataclass(frozen=True, slots=True)
 class ExtraSite:
     """Another application served by the same process on a port of its own (the
@@ -72,29 +67,48 @@ class ExtraSite:
     port: int
 
 
+@dataclass(frozen=True, slots=True)
+class StartedSite:
+    """An :class:`ExtraSite` listening: its runner and the port it bound."""
+
+    name: str
+    runner: web.AppRunner
+    port: int
+
+
+# Runs alongside a started server: entered once it and its extra sites listen (its
+# runner, the bound port, the extra sites), left before they stop. The spoke's reader
+# workers live in one.
+Companion = Callable[[web.AppRunner, int, Sequence[StartedSite]],
+                     AbstractAsyncContextManager[None]]
+
+
 async def serve_forever(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None,
     companion: Companion | None = None, extra_sites: Sequence[ExtraSite] = (),
 ) -> None:
-    """Serve until SIGINT/SIGTERM. With a ``companion``, the port is shared
-    (SO_REUSEPORT) and the listening line waits until the companion has started.
-    ``extra_sites`` start after the main one (whose app they may share state with)
-    and each prints its own line after the main ``listening on`` one."""
-    runner, bound = await start_site(app, host, port, ssl_context, reuse_port=companion is not None)
+    """Serve until SIGINT/SIGTERM. With a ``companion``, the ports are shared
+    (SO_REUSEPORT) and the listening lines wait until the companion has started.
+    ``extra_sites`` start after the main one (whose app they may share state with),
+    before the companion (which may serve their ports too), and each prints its own
+    line after the main ``listening on`` one."""
+    shared = companion is not None
+    runner, bound = await start_site(app, host, port, ssl_context, reuse_port=shared)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            if companion is not None:
-                await stack.enter_async_context(companion(runner, bound))
             extra = []
             for site in extra_sites:
-                extra_runner, extra_port = await start_site(site.app, host, site.port, ssl_context)
+                extra_runner, extra_port = await start_site(site.app, host, site.port, ssl_context,
+                                                            reuse_port=shared)
                 stack.push_async_callback(extra_runner.cleanup)
-                extra.append((site.name, extra_port))
+                extra.append(StartedSite(site.name, extra_runner, extra_port))
+            if companion is not None:
+                await stack.enter_async_context(companion(runner, bound, extra))
             scheme = "https" if ssl_context is not None else "http"
             print(f"listening on {scheme}://{host}:{bound}", file=sys.stderr, flush=True)
-            for name, extra_port in extra:
-                print(f"{name} listening on {scheme}://{host}:{extra_port}", file=sys.stderr,
-                      flush=True)
+            for started in extra:
+                print(f"{started.name} listening on {scheme}://{host}:{started.port}",
+                      file=sys.stderr, flush=True)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             handlers.CACHE, handlers.READ_LATENCY,
             cpus=None if placement is None else placement[1:],
         )
-    # The S3 front end serves from this process only (reader workers share the main port).
+    # The S3 front end: reader workers serve its port too (spoke.workers.s3).
     extra: list[ExtraSite] = []
     if config.s3_port is not None:
         keys = None

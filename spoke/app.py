@@ -169,7 +169,8 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     warm = WarmJobs(cache, concurrency=max(1, config.fetch_concurrency // 2))
     app[handlers.WARM] = warm
     app[handlers.REGISTRY] = make_registry(
-        [*stats_series(cache, warm, app[handlers.READ_LATENCY]), *auth.app_series(app, "spoke"),
+        [*stats_series(cache, warm, app[handlers.READ_LATENCY], app[S3_STATS].read_latency),
+         *auth.app_series(app, "spoke"),
          *limits.app_series(app, "spoke"),
          *front.app_series(app, "spoke"), *app[S3_STATS].series()]
     )

@@ -3,7 +3,8 @@
 One aiohttp application on its own port, sharing everything of the spoke's app (its
 cache, reads, plans, read-ahead, warm jobs, limits, metrics): it reaches them through
 :data:`SPOKE`, so a chunk read through S3 is a hit through ``/objects`` and back.
-It serves in the spoke's own process (with ``--workers``, the owner's).
+It serves in the spoke's own process (with ``--workers``, the owner's, while reader
+workers answer warm reads on its port: :mod:`spoke.workers.s3`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Awaitable, Sequence
+from typing import NamedTuple
 
 from aiohttp import web
 
@@ -52,6 +53,76 @@ FAST_PARAMS = frozenset({*AUTH_QUERY_PARAMS, "x-id"}) - {"X-Amz-Security-Token"}
 MAX_REMEMBERED_PATHS = 10_000
 
 
+class FastRead(NamedTuple):
+    """An S3 read a fast path answers: the ``/objects`` read ``plain`` of ``path``."""
+
+    raw_path: str  # as the request named it, for its errors' Resource
+    bucket: str
+    path: str
+    plain: RequestHead
+
+
+class FastTargets:
+    """Which S3 requests a fast path answers (the spoke's, a reader worker's), each as
+    the ``/objects`` read it is; signed as ``access`` requires, within its key's scope."""
+
+    def __init__(self, access: S3Access, domain: str | None) -> None:
+        self.access = access
+        self.domain = domain
+        self._paths: dict[str, tuple[str, str] | None] = {}
+        self._queries: dict[str, bool] = {}  # a presigned URL's comes again and again
+
+    def read(self, head: RequestHead) -> FastRead | None:
+        """``head`` as a fast read, or None: aiohttp's to answer (a refusal included)."""
+        if not FAST_FIELDS.issuperset(head.headers):
+            return None
+        if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
+            return None  # virtual-hosted: aiohttp's
+        raw_path, _, raw_query = head.target.partition("?")
+        named = self._object_path(raw_path)
+        if named is None or (raw_query and not self._fast_query(raw_query)):
+            return None
+        bucket, path = named
+        rng = head.headers.get("range")
+        if rng is not None and ("," in rng or head.method == "HEAD"):
+            return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
+        if self.access.keys is not None:
+            try:
+                key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())
+                check_object(key, path)
+            except ProtocolError:
+                return None  # aiohttp answers the 403, and counts it
+        fields = head.headers if READ_FIELDS.issuperset(head.headers) else Headers(
+            {k: v for k, v in head.headers.items() if k in READ_FIELDS})
+        plain = RequestHead(head.method, f"{OBJECTS}{path}", fields, head.keep_alive)
+        return FastRead(raw_path, bucket, path, plain)
+
+    def _fast_query(self, raw_query: str) -> bool:
+        """:func:`_fast_query`, remembered."""
+        fast = self._queries.get(raw_query)
+        if fast is None:
+            if len(self._queries) >= MAX_REMEMBERED_PATHS:
+                self._queries.clear()
+            fast = self._queries[raw_query] = _fast_query(raw_query)
+        return fast
+
+    def _object_path(self, raw_path: str) -> tuple[str, str] | None:
+        """The bucket and object path path-style ``raw_path`` names, or None (not an
+        object, or invalid: aiohttp's to refuse); validated once, then remembered."""
+        if raw_path in self._paths:
+            return self._paths[raw_path]
+        try:
+            where = target(raw_path, None)
+            named = (where.bucket, where.path) if where.key and not where.key.endswith("/") \
+                and where.bucket else None
+        except ProtocolError:
+            named = None
+        if len(self._paths) >= MAX_REMEMBERED_PATHS:
+            self._paths.clear()
+        self._paths[raw_path] = named
+        return named
+
+
 class S3FastReads:
     """The S3 app's :data:`service.fast.FastHandler`."""
 
@@ -62,10 +133,8 @@ class S3FastReads:
         buckets: KnownBuckets,
     ) -> None:
         self.spoke = spoke
-        self.access = access
-        self.domain = domain
+        self.targets = FastTargets(access, domain)
         self.buckets = buckets
-        self._paths: dict[str, tuple[str, str] | None] = {}
         self._objects = FastObjectReads(spoke, handlers.READS, _s3_problem)
         # Set by make_app, before this: read once, not per request.
         self._stats = spoke[S3_STATS]
@@ -75,36 +144,19 @@ class S3FastReads:
         self, head: RequestHead, conn: FastConnection
     ) -> Reply | Awaitable[Reply | None] | None:
         reads = self.spoke.get(handlers.READS)
-        if reads is None or not FAST_FIELDS.issuperset(head.headers):
+        if reads is None or self._guarded:
+            return None  # (guarded: /objects' fast path would ask for a bearer token)
+        read = self.targets.read(head)
+        if read is None:
             return None
-        if self._guarded:
-            return None  # /objects' fast path would ask for a bearer token
-        if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
-            return None  # virtual-hosted: aiohttp's
-        raw_path, _, raw_query = head.target.partition("?")
-        named = self._object_path(raw_path)
-        if named is None or not _fast_query(raw_query):
-            return None
-        bucket, path = named
-        rng = head.headers.get("range")
-        if rng is not None and ("," in rng or head.method == "HEAD"):
-            return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
-        unknown = not self.buckets.known(bucket)
-        if unknown and reads.cache.fresh_manifest(path) is not None:
-            self.buckets.saw(bucket)  # it holds an object
+        unknown = not self.buckets.known(read.bucket)
+        if unknown and reads.cache.fresh_manifest(read.path) is not None:
+            self.buckets.saw(read.bucket)  # it holds an object
             unknown = False
-        if self.access.keys is not None:
-            try:
-                key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())
-                check_object(key, path)
-            except ProtocolError:
-                return None  # aiohttp answers the 403, and counts it
-        fields = head.headers if READ_FIELDS.issuperset(head.headers) else Headers(
-            {k: v for k, v in head.headers.items() if k in READ_FIELDS})
-        plain = RequestHead(head.method, f"{OBJECTS}{path}", fields, head.keep_alive)
         if unknown:
-            return self._once_known(reads, plain, conn, raw_path, bucket, path)
-        return self._delegate(plain, conn, raw_path)
+            return self._once_known(reads, read.plain, conn, read.raw_path, read.bucket,
+                                    read.path)
+        return self._delegate(read.plain, conn, read.raw_path)
 
     async def _once_known(
         self, reads: ObjectReads, plain: RequestHead, conn: FastConnection, raw_path: str,
@@ -136,10 +188,10 @@ class S3FastReads:
         amz = AmzConnection(conn, raw_path, stats.errors)
         started = time.perf_counter()
         answer = self._objects(plain, amz)
-        op = _GET if plain.method == "GET" else _HEAD
+        op = GET_OBJECT if plain.method == "GET" else HEAD_OBJECT
         if answer is None or isinstance(answer, Reply):
             if answer is not None:
-                _counted(stats, op, answer, started)
+                counted(stats, op, answer, started)
             return answer
         return self._when_done(answer, stats, op, started)
 
@@ -148,32 +200,17 @@ class S3FastReads:
     ) -> Reply | None:
         reply = await answer
         if reply is not None:
-            _counted(stats, op, reply, started)
+            counted(stats, op, reply, started)
         return reply
 
-    def _object_path(self, raw_path: str) -> tuple[str, str] | None:
-        """The bucket and object path path-style ``raw_path`` names, or None (not an
-        object, or invalid: aiohttp's to refuse); validated once, then remembered."""
-        if raw_path in self._paths:
-            return self._paths[raw_path]
-        try:
-            where = target(raw_path, None)
-            named = (where.bucket, where.path) if where.key and not where.key.endswith("/") \
-                and where.bucket else None
-        except ProtocolError:
-            named = None
-        if len(self._paths) >= MAX_REMEMBERED_PATHS:
-            self._paths.clear()
-        self._paths[raw_path] = named
-        return named
+
+GET_OBJECT, HEAD_OBJECT = str(Operation.GET_OBJECT.value), str(Operation.HEAD_OBJECT.value)
 
 
-_GET, _HEAD = str(Operation.GET_OBJECT.value), str(Operation.HEAD_OBJECT.value)
-
-
-def _counted(stats: S3Stats, op: str, reply: Reply, started: float) -> None:
+def counted(stats: S3Stats, op: str, reply: Reply, started: float) -> None:
+    """Count a fast read's answer ``reply`` (of operation ``op``) in ``stats``."""
     stats.requests[op] += 1
-    if reply.x_cache is not None and op == _GET:
+    if reply.x_cache is not None and op == GET_OBJECT:
         stats.observe(reply.x_cache, time.perf_counter() - started)
 
 

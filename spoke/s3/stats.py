@@ -14,7 +14,8 @@ from spoke.serve.stats import read_latency_histograms
 @dataclass
 class S3Stats:
     """Requests by S3 operation, error answers by S3 code (small, fixed sets), and the
-    S3 share of ``spoke_read_seconds`` (which counts both front ends' reads)."""
+    S3 share of the reads (``spoke_read_seconds{front="s3"}``; ``spoke_s3_read_seconds``
+    holds the same, under the name it had first)."""
 
     requests: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)

@@ -75,9 +75,11 @@ _METRICS: dict[str, tuple[str, str, str]] = {
 
 
 def stats_series(
-    cache: ChunkCache, warm: WarmJobs, read_latency: dict[str, Histogram]
+    cache: ChunkCache, warm: WarmJobs, read_latency: dict[str, Histogram],
+    s3_read_latency: dict[str, Histogram] | None = None,
 ) -> list[AnySeries]:
-    """Every /metrics series of a spoke, read live from its cache."""
+    """Every /metrics series of a spoke, read live from its cache. ``read_latency``
+    counts every front end's reads; ``s3_read_latency`` the S3 front end's share."""
     stats = cache.stats
     series: list[AnySeries] = [
         Series(name, kind, help_text, _reader(stats, field))
@@ -143,13 +145,28 @@ def stats_series(
                        "write", lambda: cache.disk_errors.counts),
         HistogramSeries("spoke_hub_fetch_seconds", "latency of chunk fetches from the hub",
                         cache.fetch_latency),
-        HistogramSeries("spoke_read_seconds", "loader read latency, by X-Cache outcome",
-                        label="cache", by_label=read_latency),
+        HistogramSeries("spoke_read_seconds",
+                        "loader read latency, by X-Cache outcome and front end",
+                        labels=("cache", "front"),
+                        by_labels=lambda: by_front(read_latency, s3_read_latency or {})),
     ]
     # The tier's counters are there on a spoke outside a tier too (at 0), so that one
     # dashboard serves both.
     series += tier_series(cache.hub if isinstance(cache.hub, TieredUpstream) else None)
     return series
+
+
+def by_front(
+    reads: dict[str, Histogram], s3: dict[str, Histogram]
+) -> dict[tuple[str, ...], Histogram]:
+    """``reads`` (of both front ends) by (X-Cache outcome, front end): ``s3``, the S3
+    front end's share, and ``http``, the rest (``/objects``)."""
+    out: dict[tuple[str, ...], Histogram] = {}
+    for outcome, histogram in reads.items():
+        share = s3.get(outcome)
+        out[outcome, "http"] = histogram if share is None else histogram.less(share)
+        out[outcome, "s3"] = share if share is not None else Histogram(histogram.buckets)
+    return out
 
 
 def _ratio(part: int, whole: int) -> float:

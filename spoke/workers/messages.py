@@ -9,9 +9,10 @@ one parser per field chosen once, here, when the module loads; anything else is 
 
 Owner to reader: :class:`ManifestFresh`, :class:`ManifestGone`,
 :class:`ManifestUnknown`, :class:`ChunksAdded`, :class:`ChunksGone`, :class:`Sync`.
-Reader to owner: :class:`Ready`, :class:`HandedOver` (the connection's descriptor
-travels with it), :class:`HitsCounted`, :class:`HangUps`, :class:`ChunksVerified`,
-:class:`ChunksSuspect`, :class:`Synced`, :class:`ManifestWanted`.
+Reader to owner: :class:`Ready`, :class:`HandedOver` and :class:`S3HandedOver` (the
+connection's descriptor travels with it), :class:`HitsCounted`, :class:`S3Counted`,
+:class:`HangUps`, :class:`ChunksVerified`, :class:`ChunksSuspect`, :class:`Synced`,
+:class:`ManifestWanted`.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ class HandedOver(NamedTuple):
     received: bytes
 
 
+class S3HandedOver(NamedTuple):
+    """:class:`HandedOver`, of a connection to the S3 port (:mod:`spoke.workers.s3`)."""
+
+    received: bytes
+
+
 class HitsCounted(NamedTuple):
     """What the reader served since its last report: hits per chunk, bytes, the read
     latency histogram's bucket counts and sum, and the paths read (kept fresh)."""
@@ -96,6 +103,16 @@ class HitsCounted(NamedTuple):
     latency_counts: list[int]
     latency_sum: float
     paths: list[str]
+
+
+class S3Counted(NamedTuple):
+    """The S3 front end's share of what the reader served since its last report (also
+    in :class:`HitsCounted`): requests by S3 operation, and the hits' latency
+    histogram's bucket counts and sum (``spoke_s3_read_seconds``)."""
+
+    requests: dict[str, int]
+    latency_counts: list[int]
+    latency_sum: float
 
 
 class HangUps(NamedTuple):
@@ -130,8 +147,8 @@ class ManifestWanted(NamedTuple):
 
 
 ToReader = ManifestFresh | ManifestGone | ManifestUnknown | ChunksAdded | ChunksGone | Sync
-ToOwner = (Ready | HandedOver | HitsCounted | HangUps | ChunksVerified | ChunksSuspect | Synced
-           | ManifestWanted)
+ToOwner = (Ready | HandedOver | S3HandedOver | HitsCounted | S3Counted | HangUps | ChunksVerified
+           | ChunksSuspect | Synced | ManifestWanted)
 Message = ToReader | ToOwner
 
 
@@ -225,7 +242,7 @@ def _hits(value: object) -> dict[str, int]:
     if type(value) is not dict:
         raise _wrong(value, "a map")
     if not all(type(k) is str and type(n) is int for k, n in value.items()):
-        raise BadMessage("a map of chunk names to counts holds something else")
+        raise BadMessage("a map of names to counts holds something else")
     return value
 
 
@@ -254,7 +271,9 @@ _KINDS: dict[str, tuple[type[Any], tuple[Parser, ...]]] = {
     "sync": (Sync, (_int,)),
     "ready": (Ready, ()),
     "conn": (HandedOver, (_bytes,)),
+    "s3conn": (S3HandedOver, (_bytes,)),
     "hits": (HitsCounted, (_hits, _int, _ints, _float, _strs)),
+    "s3hits": (S3Counted, (_hits, _ints, _float)),
     "hangups": (HangUps, (_int,)),
     "verified": (ChunksVerified, (_int, _int)),
     "suspect": (ChunksSuspect, (_strs,)),

@@ -46,7 +46,9 @@ from aiohttp import web
 from protocol.manifest import Manifest, encode_manifest
 from service.front import FRONT, FrontStats
 from service.metrics import Histogram
+from service.runner import Companion, StartedSite
 from spoke.cache.engine import ChunkCache
+from spoke.s3.stats import S3_STATS, S3Stats
 from spoke.workers import messages
 from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair, receiving
 
@@ -60,6 +62,16 @@ STOP_TIMEOUT_S = 5.0
 MAX_MIRRORED_MANIFEST_BYTES = MAX_MESSAGE_BYTES - 4096
 SNAPSHOT_BATCH = 500  # chunks per message, each with its size and digest: ~40 KiB
 RESTART_PAUSE_S = 1.0
+
+
+@dataclass(frozen=True)
+class S3Port:
+    """The S3 front end's port, which the readers serve too: ``take_over`` makes the
+    protocol of a connection to it that a reader hands over; ``stats``: its counters."""
+
+    port: int
+    take_over: Callable[[bytes], asyncio.Protocol]
+    stats: S3Stats
 
 
 @dataclass(eq=False)
@@ -87,19 +99,24 @@ class ReaderPool:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._argv: list[str] = []
         self._stopping = False
+        self.s3: S3Port | None = None
 
     async def start(
         self, cache: ChunkCache, latency: dict[str, Histogram],
         take_over: Callable[[bytes], asyncio.Protocol], count: int, argv: Sequence[str],
         port: int, cpus: Sequence[int] | None = None, front: FrontStats | None = None,
+        s3: S3Port | None = None,
     ) -> None:
         """Start ``count`` readers of ``python -m spoke *argv`` on ``port``, mirroring
         ``cache``; returns once each listens (or has failed, logged). ``take_over``
         makes the protocol of a connection a reader hands over; reader ``i`` is bound
-        to ``cpus[i]`` when given."""
+        to ``cpus[i]`` when given. ``s3``: the readers serve the S3 port too."""
         self.cache, self.latency, self.take_over = cache, latency, take_over
         self.front = front or FrontStats()
+        self.s3 = s3
         self._argv = [*argv, "--port", str(port)]
+        if s3 is not None:
+            self._argv += ["--s3-port", str(s3.port)]
         cache.watcher = self
         started = [await self._spawn(None if cpus is None else cpus[i]) for i in range(count)]
         waits = [asyncio.wait_for(asyncio.shield(r.ready), READY_TIMEOUT_S) for r in started]
@@ -235,7 +252,10 @@ class ReaderPool:
 
     def _on_message(self, reader: _Reader, message: messages.Message, fds: list[int]) -> None:
         if isinstance(message, messages.HandedOver) and len(fds) == 1:
-            self._adopt(fds[0], message.received)
+            self._adopt(fds[0], message.received, self.take_over)
+            return
+        if isinstance(message, messages.S3HandedOver) and len(fds) == 1 and self.s3 is not None:
+            self._adopt(fds[0], message.received, self.s3.take_over)
             return
         for fd in fds:
             os.close(fd)
@@ -246,6 +266,10 @@ class ReaderPool:
                     self.latency["hit"].merge(counts, total)
                 for path in paths:
                     self.cache.revalidate(path)  # the reader's copy must not expire
+            case messages.S3Counted(requests, counts, total) if self.s3 is not None:
+                self.s3.stats.requests.update(requests)
+                if counts:
+                    self.s3.stats.read_latency["hit"].merge(counts, total)
             case messages.HangUps(clients):  # for /metrics here
                 self.front.hangups += clients
             case messages.ChunksVerified(files, nbytes):
@@ -301,12 +325,14 @@ class ReaderPool:
         if error is not None:
             self.cache.background_errors.record("reader-pool", error)
 
-    def _adopt(self, fd: int, received: bytes) -> None:
+    def _adopt(
+        self, fd: int, received: bytes, take_over: Callable[[bytes], asyncio.Protocol]
+    ) -> None:
         sock = socket.socket(fileno=fd)
         self.handed_over += 1
         loop = asyncio.get_running_loop()
         task = loop.create_task(
-            loop.connect_accepted_socket(lambda: self.take_over(received), sock)
+            loop.connect_accepted_socket(lambda: take_over(received), sock)
         )
         self._tasks.add(task)
         task.add_done_callback(self._adopted)
@@ -342,21 +368,33 @@ def readers_companion(
     app: web.Application, count: int, argv: Sequence[str],
     cache_key: web.AppKey[ChunkCache], latency_key: web.AppKey[dict[str, Histogram]],
     cpus: Sequence[int] | None = None,
-) -> Callable[[web.AppRunner, int], contextlib.AbstractAsyncContextManager[None]]:
+) -> Companion:
     """A :data:`service.runner.Companion` running ``count`` reader workers beside ``app``
     (whose :data:`READERS` pool, set before it starts, they fill)."""
 
     @contextlib.asynccontextmanager
-    async def companion(runner: web.AppRunner, port: int) -> AsyncIterator[None]:
-        take_over = getattr(runner.server, "taking_over", None)
-        if take_over is None:
-            raise RuntimeError("reader workers need the fast path's server")
+    async def companion(
+        runner: web.AppRunner, port: int, extra: Sequence[StartedSite]
+    ) -> AsyncIterator[None]:
+        take_over = _taking_over(runner)
+        s3 = None
+        for site in extra:
+            if site.name == "s3":  # spoke.__main__'s S3 front end
+                s3 = S3Port(site.port, _taking_over(site.runner), app[S3_STATS])
         pool = app[READERS]
         try:
             await pool.start(app[cache_key], app[latency_key], take_over, count, argv, port, cpus,
-                             app.get(FRONT))
+                             app.get(FRONT), s3)
             yield
         finally:
             await pool.stop()
 
     return companion
+
+
+def _taking_over(runner: web.AppRunner) -> Callable[[bytes], asyncio.Protocol]:
+    take_over: Callable[[bytes], asyncio.Protocol] | None = getattr(
+        runner.server, "taking_over", None)
+    if take_over is None:
+        raise RuntimeError("reader workers need the fast path's server")
+    return take_over

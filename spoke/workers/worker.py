@@ -35,6 +35,7 @@ from spoke.serve.plain import OBJECTS, PlainReads
 from spoke.serve.stats import READ_LATENCY_BUCKETS_S
 from spoke.workers import messages
 from spoke.workers.channel import Channel, receiving
+from spoke.workers.s3 import serve_s3
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -272,9 +273,13 @@ class HandOver(asyncio.Protocol):
     so far, to the owner (an ``Adopter`` for :class:`service.fast.FastServer`). Flow
     control needs nothing of it: it waits for the write buffer to empty itself."""
 
-    def __init__(self, channel: Channel, limits: ConnectionLimits) -> None:
+    def __init__(
+        self, channel: Channel, limits: ConnectionLimits,
+        message: Callable[[bytes], messages.ToOwner] = messages.HandedOver,
+    ) -> None:
         self.channel = channel
         self.limits = limits
+        self.message = message  # which port's connection the owner is given
         self._transport: asyncio.Transport | None = None
         self._client = ""
         self._received = bytearray()
@@ -312,7 +317,7 @@ class HandOver(asyncio.Protocol):
             transport.abort()
             return
         sock = transport.get_extra_info("socket")
-        self.channel.tell(messages.HandedOver(bytes(self._received)), [os.dup(sock.fileno())])
+        self.channel.tell(self.message(bytes(self._received)), [os.dup(sock.fileno())])
         # Closing our descriptor leaves the connection open: the owner holds it now.
         transport.close()
 
@@ -341,6 +346,8 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     listener = await loop.create_server(
         server, config.host, config.port, reuse_address=True, reuse_port=True
     )
+    s3 = await serve_s3(config, ReaderReads(mirror, channel, checks_tokens=False),
+                        lambda: HandOver(channel, limits, messages.S3HandedOver), limits)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     channel.tell(messages.Ready())
@@ -351,6 +358,12 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
         if server.front.hangups:
             channel.tell(messages.HangUps(server.front.hangups))
             server.front.hangups = 0
+        if s3 is not None:
+            for message in s3[0].report():
+                channel.tell(message)
+            if s3[1].front.hangups:
+                channel.tell(messages.HangUps(s3[1].front.hangups))
+                s3[1].front.hangups = 0
 
     async def report_step() -> None:
         report()
@@ -363,6 +376,9 @@ async def run_reader(config: SpokeConfig, channel_fd: int) -> None:
     finally:
         reporter.cancel()
         listener.close()
+        if s3 is not None:
+            s3[2].close()
+            await s3[1].shutdown(SHUTDOWN_GRACE_S)
         await server.shutdown(SHUTDOWN_GRACE_S)
         report()
         channel.close()

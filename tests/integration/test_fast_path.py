@@ -134,7 +134,7 @@ async def test_request_ids_access_log_and_latency_are_kept_on_the_fast_path(
         ("loader-7.a", 206, "HIT", 10), (fresh["x-request-id"], 206, "HIT", 10)]
     async with http.get(f"{spoke.url}/metrics") as resp:
         metrics = await resp.text()
-    hits = re.search(r'spoke_read_seconds_count\{cache="hit"\} (\S+)', metrics)
+    hits = re.search(r'spoke_read_seconds_count\{cache="hit",front="http"\} (\S+)', metrics)
     assert hits is not None and float(hits[1]) >= 2
 
 

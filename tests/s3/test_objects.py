@@ -206,7 +206,9 @@ async def test_metrics_count_s3_operations(
     assert 'spoke_s3_requests_total{operation="GetObject"} 2.0' in text
     assert 'spoke_s3_errors_total{code="NoSuchKey"} 1.0' in text
     assert 'spoke_s3_read_seconds_count{cache="miss"} 1.0' in text
-    assert 'spoke_read_seconds_count{cache="miss"} 1.0' in text  # both fronts' reads
+    # The S3 share of every front end's reads, by front end.
+    assert 'spoke_read_seconds_count{cache="miss",front="s3"} 1.0' in text
+    assert 'spoke_read_seconds_count{cache="miss",front="http"} 0.0' in text
 
 
 async def test_warm_ranged_reads_answer_alike_on_the_fast_path(
