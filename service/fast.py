@@ -56,7 +56,9 @@ WRITE_HIGH_WATER = 256 << 10
 IDLE_SWEEP_S = 5.0
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs several times a plain one's, and
+# one is made per answer.
+@dataclass(slots=True)
 class Reply:
     """How a request was answered, for the access log."""
 
@@ -461,8 +463,9 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_off()
                 return
             started = time.perf_counter()
-            incoming = head.headers.get(REQUEST_ID_HEADER, "") or ""
-            self.request_id = incoming if logs.is_sane_id(incoming) else logs.new_request_id()
+            incoming = head.headers.get(REQUEST_ID_HEADER)
+            self.request_id = incoming if incoming and logs.is_sane_id(incoming) \
+                else logs.new_request_id()
             token = logs.request_id.set(self.request_id)
             try:
                 outcome = self.server.handler(head, self)
