@@ -142,6 +142,6 @@ def test_render_lays_the_figures_out() -> None:
     assert "| 2 | 200 | 400 | 100.0 |" in text
     assert "Batching on the spoke: 3.00 × its one-request-per-sample samples/s." in text
     batch_rows = [ln for ln in text.splitlines()
-                  if ln.startswith("| **spoke** |") and "samples per request" in ln]
+                  if ln.startswith("| **spoke** |") and " per request (" in ln]
     # CPU-s per GB of each request shape: 1 core ÷ 0 GB/s (one sample) and ÷ 2 GB/s (batches)
     assert [row.split(" | ")[-2] for row in batch_rows] == ["inf", "0.50"]
