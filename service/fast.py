@@ -51,6 +51,9 @@ MAX_BUFFERED_BYTES = 256 << 10
 # Flow control: stop writing at HIGH; resume only once the socket took everything,
 # so sendfile (which bypasses the transport's buffer) never overtakes buffered bytes.
 WRITE_HIGH_WATER = 256 << 10
+# A request's fields by lower-case name, read without Headers' case folding.
+_REQUEST_ID_FIELD = REQUEST_ID_HEADER.lower()
+_field = dict.get
 # How often idle connections are looked for; at most the keep-alive timeout itself,
 # so a connection is closed within twice that.
 IDLE_SWEEP_S = 5.0
@@ -463,7 +466,7 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_off()
                 return
             started = time.perf_counter()
-            incoming = head.headers.get(REQUEST_ID_HEADER)
+            incoming = _field(head.headers, _REQUEST_ID_FIELD)
             self.request_id = incoming if incoming and logs.is_sane_id(incoming) \
                 else logs.new_request_id()
             token = logs.request_id.set(self.request_id)
