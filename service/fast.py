@@ -379,7 +379,7 @@ class FastProtocol(asyncio.Protocol):
             raise ConnectionResetError("connection lost")
         # Once anything waits in the transport, the rest must queue behind it.
         queued = sock_fd is None or transport.get_write_buffer_size() > 0
-        if queued or not pieces:
+        if queued or not pieces or pieces[-1][2] <= 0:  # held back only if bytes follow
             transport.write(head)
         else:
             queued = not self._send_more(head)
