@@ -219,8 +219,8 @@ def _batch(warm: dict[str, Any], answers: dict[str, Any], r: Ratios, s: Settings
     add("")
     batch = warm[f"batch{s.batch}x64KiB"]
     add("| server | request shape | samples/s | req/s | p50 / p99 ms | bytes per request | "
-        "answer |")
-    add("|---|---|---|---|---|---|---|")
+        "server CPU-s per GB | answer |")
+    add("|---|---|---|---|---|---|---|---|")
     for key, label in (("hub direct", "hub direct"), ("spoke", "**spoke**"),
                        ("nginx cache", "nginx slice cache")):
         one, many = small[key], batch[key]
@@ -229,15 +229,17 @@ def _batch(warm: dict[str, Any], answers: dict[str, Any], r: Ratios, s: Settings
                   f"Content-Length {ans.get('content_length', -1):,}")
         add(f"| {label} | 1 sample per request ({s.small_conns} conns) | "
             f"{one['samples_s']:,.0f} | {one['req_s']:,.0f} | {_ms(one['p50_ms'])} / "
-            f"{_ms(one['p99_ms'])} | {one['bytes_per_request']:,.0f} | 206 single range |")
+            f"{_ms(one['p99_ms'])} | {one['bytes_per_request']:,.0f} | "
+            f"{cpu_s_per_gb(one):.2f} | 206 single range |")
         if ans.get("status") == 206:
             shape = (f"{many['samples_s']:,.0f} | {many['req_s']:,.1f} | "
                      f"{_ms(many['p50_ms'])} / {_ms(many['p99_ms'])} | "
-                     f"{many['bytes_per_request']:,.0f}")
+                     f"{many['bytes_per_request']:,.0f} | {cpu_s_per_gb(many):.2f}")
         else:
             shape = (f"{many['samples_s']:,.0f} ({many['requests']} answers completed in "
                      f"{many['rounds']} × {s.wrk_seconds:g} s; {many['gb_s']:.2f} GB/s of "
-                     f"whole-object bytes moved) | {many['req_s']:,.1f} | - | -")
+                     f"whole-object bytes moved) | {many['req_s']:,.1f} | - | - | "
+                     f"{cpu_s_per_gb(many):.2f}")
         add(f"| {label} | {s.batch} samples per request ({s.batch_conns} conns) | "
             f"{shape} | {answer} |")
     add("")

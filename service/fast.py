@@ -51,12 +51,17 @@ MAX_BUFFERED_BYTES = 256 << 10
 # Flow control: stop writing at HIGH; resume only once the socket took everything,
 # so sendfile (which bypasses the transport's buffer) never overtakes buffered bytes.
 WRITE_HIGH_WATER = 256 << 10
+# A request's fields by lower-case name, read without Headers' case folding.
+_REQUEST_ID_FIELD = REQUEST_ID_HEADER.lower()
+_field = dict.get
 # How often idle connections are looked for; at most the keep-alive timeout itself,
 # so a connection is closed within twice that.
 IDLE_SWEEP_S = 5.0
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs several times a plain one's, and
+# one is made per answer.
+@dataclass(slots=True)
 class Reply:
     """How a request was answered, for the access log."""
 
@@ -218,6 +223,7 @@ class FastProtocol(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self._header_timer: asyncio.TimerHandle | None = None
         self._sock_fd: int | None = None
+        self._sock: socket.socket | None = None  # a duplicate, to send with flags
         self._poll_fd: int | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------
@@ -371,9 +377,12 @@ class FastProtocol(asyncio.Protocol):
         transport, sock_fd = self._transport, self._sock_fd
         if transport is None:
             raise ConnectionResetError("connection lost")
-        transport.write(head)
         # Once anything waits in the transport, the rest must queue behind it.
         queued = sock_fd is None or transport.get_write_buffer_size() > 0
+        if queued or not pieces or pieces[-1][2] <= 0:  # held back only if bytes follow
+            transport.write(head)
+        else:
+            queued = not self._send_more(head)
         for fd, offset, count in pieces:
             while count and not queued:
                 assert sock_fd is not None
@@ -399,6 +408,29 @@ class FastProtocol(asyncio.Protocol):
                 self.abort()
                 return False
         return True
+
+    def _send_more(self, head: bytes) -> bool:
+        """``head`` on the socket itself, held back (``MSG_MORE``) to leave in the same
+        segment as the file bytes the next ``sendfile`` appends: on a connection with
+        ``TCP_NODELAY``, a head sent alone costs a segment of its own, and on loopback
+        the receiver's processing of it too. False when only part of it went (the rest is
+        queued on the transport, so everything after it must queue too)."""
+        sock = self._sock
+        if sock is None:
+            assert self._sock_fd is not None
+            sock = self._sock = socket.socket(fileno=os.dup(self._sock_fd))
+            sock.setblocking(False)
+        try:
+            sent = sock.send(head, socket.MSG_MORE)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            sent = 0  # the transport's write below meets the error and reports it
+        if sent == len(head):
+            return True
+        assert self._transport is not None
+        self._transport.write(head[sent:])
+        return False
 
     def abort(self) -> None:
         """Cut the connection now; nothing more is read or written on it."""
@@ -434,8 +466,9 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_off()
                 return
             started = time.perf_counter()
-            incoming = head.headers.get(REQUEST_ID_HEADER, "") or ""
-            self.request_id = incoming if logs.is_sane_id(incoming) else logs.new_request_id()
+            incoming = _field(head.headers, _REQUEST_ID_FIELD)
+            self.request_id = incoming if incoming and logs.is_sane_id(incoming) \
+                else logs.new_request_id()
             token = logs.request_id.set(self.request_id)
             try:
                 outcome = self.server.handler(head, self)
@@ -573,6 +606,9 @@ class FastProtocol(asyncio.Protocol):
             raise ConnectionResetError("connection lost")
 
     def _stop_polling(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
         fd, self._poll_fd = self._poll_fd, None
         if fd is not None:
             asyncio.get_running_loop().remove_writer(fd)

@@ -14,7 +14,7 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from protocol.errors import ProtocolError
 from protocol.http1 import RequestHead
@@ -141,7 +141,13 @@ class Mirror:
         self._fds.discard(name)
 
     def fd_hit(self, name: str, need_bytes: int) -> int:
-        return self._file_hit(name, self._fds.fd, name, need_bytes)
+        # :meth:`_file_hit` written out: this is every small plain read's call.
+        try:
+            fd = self._fds.fd(name, need_bytes)
+        except FileNotFoundError as exc:
+            self._lost(name, exc)
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return fd
 
     def open_hit(self, name: str, need_bytes: int) -> int:
         # A descriptor of its own: the open chunks' may be closed while it is sent.
@@ -160,10 +166,13 @@ class Mirror:
         try:
             return get(*args)
         except FileNotFoundError as exc:
-            if isinstance(exc, BadChunkFile):
-                self.suspects.add(name)
-            self.forget(name)
-            raise ChunkGone(name) from None
+            self._lost(name, exc)
+
+    def _lost(self, name: str, exc: FileNotFoundError) -> NoReturn:
+        if isinstance(exc, BadChunkFile):
+            self.suspects.add(name)
+        self.forget(name)
+        raise ChunkGone(name) from None
 
     def served(self, manifest: Manifest, ranges: list[ByteRange]) -> None:
         self.served_bytes += sum(r.length for r in ranges)

@@ -31,7 +31,7 @@ WARM = {
     "64KiB": {"spoke": _wrk(req_s=900, samples_s=900, p99_ms=4.0, wrk_cores=1.8),
               "nginx cache": _wrk(req_s=1000, samples_s=1000),
               "hub direct": _wrk(req_s=300), "nginx file": _wrk(req_s=1000)},
-    "batch32x64KiB": {"spoke": _wrk(samples_s=2700), "nginx cache": _wrk(samples_s=100),
+    "batch32x64KiB": {"spoke": _wrk(gb_s=2.0, samples_s=2700), "nginx cache": _wrk(samples_s=100),
                       "hub direct": _wrk(samples_s=50)},
 }
 COLD = {test: {"spoke": _cold(0.75), "nginx cache": _cold(0.25), BARE_LINK: _cold(0.375),
@@ -141,3 +141,7 @@ def test_render_lays_the_figures_out() -> None:
     assert "spoke ÷ bare link 2.00 / 2.00." in text
     assert "| 2 | 200 | 400 | 100.0 |" in text
     assert "Batching on the spoke: 3.00 × its one-request-per-sample samples/s." in text
+    batch_rows = [ln for ln in text.splitlines()
+                  if ln.startswith("| **spoke** |") and " per request (" in ln]
+    # CPU-s per GB of each request shape: 1 core ÷ 0 GB/s (one sample) and ÷ 2 GB/s (batches)
+    assert [row.split(" | ")[-2] for row in batch_rows] == ["inf", "0.50"]
