@@ -33,7 +33,7 @@ from aiohttp import web
 
 from hub.config import LIFELINE_FLAG
 from hub.stats import HubStats, SharedCounts
-from service.runner import Companion, start_site
+from service.runner import Companion, StartedSite, start_site
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,9 @@ def siblings(count: int, argv: Sequence[str], counts: SharedCounts) -> Companion
     siblings on its bound port while it serves, counting into ``counts``."""
 
     @contextlib.asynccontextmanager
-    async def run(_runner: web.AppRunner, port: int) -> AsyncIterator[None]:
+    async def run(
+        _runner: web.AppRunner, port: int, _extra: Sequence[StartedSite],
+    ) -> AsyncIterator[None]:
         pool = Siblings(count, argv, port, counts)
         try:
             await pool.start()
