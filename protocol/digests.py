@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Protocol
 
 import xxhash
 
@@ -38,6 +39,36 @@ def digest(alg: str, data: bytes | memoryview) -> bytes:
     except KeyError:
         raise ValueError(f"unknown digest algorithm {alg!r}") from None
     return digester(data)
+
+
+class Hasher(Protocol):
+    """A digest taken piece by piece: the pieces in order give :func:`digest` of the whole."""
+
+    def update(self, data: bytes | memoryview, /) -> object: ...
+
+    def digest(self) -> bytes: ...
+
+
+def _blake3_hasher() -> Hasher:
+    import blake3
+
+    hasher: Hasher = blake3.blake3()
+    return hasher
+
+
+_HASHERS: dict[str, Callable[[], Hasher]] = {
+    "xxh3-128": xxhash.xxh3_128,
+    "sha256": hashlib.sha256,
+    "blake3": _blake3_hasher,
+}
+
+
+def hasher(alg: str) -> Hasher:
+    """A new piece-by-piece ``alg`` digest; ``ValueError`` for an unknown algorithm."""
+    try:
+        return _HASHERS[alg]()
+    except KeyError:
+        raise ValueError(f"unknown digest algorithm {alg!r}") from None
 
 
 def digest_algorithms() -> tuple[str, ...]:

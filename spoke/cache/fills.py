@@ -41,6 +41,10 @@ from spoke.upstream.resilience import CLOSED, CircuitBreaker, ResilientCalls
 # even large chunks faster than the thread hop would take, so it stays inline.
 _INLINE_DIGEST_BYTES = 256 << 10
 _INLINE_DIGEST_BYTES_BY_ALG = {"xxh3-128": 64 << 20}
+# Digests cheap enough to take on the loop piece by piece as a chunk arrives
+# (Filling.digesting): the verdict is ready with the last byte, and the loop never
+# stops for a whole chunk's hash. Slower ones are taken at the end, in a thread.
+_DIGESTED_ON_ARRIVAL = frozenset({"xxh3-128"})
 # Chunk buffers of finished fills kept to use again (see flight.BufferPool).
 _POOLED_BUFFER_BYTES = 64 << 20
 # From a LAN-speed hit of the hub's page cache up to a chunk crawling over a sick WAN.
@@ -301,8 +305,10 @@ class Fills:
 
         async def attempt() -> None:
             try:
+                if manifest.digest_alg in _DIGESTED_ON_ARRIVAL:
+                    fill.digesting(manifest.digest_alg)
                 await bring()
-                await self._verify(manifest, key.index, fill.view)
+                await self._verify(manifest, key.index, fill)
             except HubError as exc:
                 # Taken back now, before the backoff: a reader joining during it must
                 # wait for the next attempt's bytes, not be handed these.
@@ -343,17 +349,16 @@ class Fills:
         finally:
             self.fetch_latency.observe(time.perf_counter() - started)
 
-    async def _verify(
-        self, manifest: Manifest, index: int, data: bytes | bytearray | memoryview
-    ) -> None:
-        inline = _INLINE_DIGEST_BYTES_BY_ALG.get(manifest.digest_alg, _INLINE_DIGEST_BYTES)
-        if len(data) > inline:
-            loop = asyncio.get_running_loop()
-            actual = await loop.run_in_executor(
-                None, digest, manifest.digest_alg, memoryview(data)
-            )
-        else:
-            actual = digest(manifest.digest_alg, memoryview(data))
+    async def _verify(self, manifest: Manifest, index: int, fill: Filling) -> None:
+        alg = manifest.digest_alg
+        actual = fill.digest(alg)  # taken as the bytes arrived, when it was
+        if actual is None:
+            data = memoryview(fill.view)
+            if len(data) > _INLINE_DIGEST_BYTES_BY_ALG.get(alg, _INLINE_DIGEST_BYTES):
+                actual = await asyncio.get_running_loop().run_in_executor(
+                    None, digest, alg, data)
+            else:
+                actual = digest(alg, data)
         if actual != manifest.digests[index]:
             self.stats.verify_failures += 1
             raise ChunkCorrupt(

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from protocol.digests import Hasher, hasher
 from service.buffers import address_of, has_views
 
 K = TypeVar("K", bound=Hashable)
@@ -124,12 +125,18 @@ class Filling:
     back when an attempt is taken back: a fill waiting for a fetch slot or a retry's
     backoff holds no memory, so the chunk memory in use is bounded by the fetches
     running, not by the misses waiting (under faults those can be hundreds).
+
+    A fill told :meth:`digesting` takes the chunk's digest as its bytes arrive, so its
+    verdict is ready with its last byte: no hash of the whole chunk between that byte
+    and the readers' last bytes (nor a pause of everything else on the loop meanwhile).
     """
 
     __slots__ = (
         "__weakref__",
         "_capacity",
         "_give_back",
+        "_hashed_alg",
+        "_hasher",
         "_pool",
         "_view",
         "_waiters",
@@ -153,6 +160,8 @@ class Filling:
         self.verified = False
         self.error: Exception | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._hasher: Hasher | None = None
+        self._hashed_alg = ""
 
     @property
     def done(self) -> bool:
@@ -187,6 +196,7 @@ class Filling:
         if self.handed_out:
             return False
         self.received = 0
+        self._hasher = None  # the next attempt's bytes are digested afresh
         self._drop_buffer()  # the backoff may be long; the next attempt takes one again
         return True
 
@@ -212,9 +222,26 @@ class Filling:
 
     def advance(self, nbytes: int) -> None:
         """``nbytes`` more arrived at the start of :meth:`space`."""
+        if self._hasher is not None:
+            self._hasher.update(self.view[self.received : self.received + nbytes])
         self.received += nbytes
         if self._waiters:
             self._wake()
+
+    def digesting(self, alg: str) -> None:
+        """Take the ``alg`` digest of this attempt's bytes as they arrive (of those
+        here already at once), for :meth:`digest`."""
+        running = hasher(alg)
+        if self.received:
+            running.update(self.view[: self.received])
+        self._hasher, self._hashed_alg = running, alg
+
+    def digest(self, alg: str) -> bytes | None:
+        """The ``alg`` digest of the whole chunk if it was taken as the bytes arrived
+        (see :meth:`digesting`) and they all did; else None."""
+        if self._hasher is None or self._hashed_alg != alg or self.received != self.length:
+            return None
+        return self._hasher.digest()
 
     def finish(self) -> None:
         """All bytes arrived and passed verification."""
