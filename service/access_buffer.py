@@ -81,7 +81,7 @@ class AccessBuffer:
         # deque: append and popleft are atomic, so a flush from another thread (a log
         # line from a thread, atexit) never loses a line appended meanwhile.
         self._waiting: collections.deque[Entry] = collections.deque()
-        self._armed = False
+        self._armed_on: asyncio.AbstractEventLoop | None = None  # the loop a flush waits on
         self.written = 0  # lines written so far
 
     def add(
@@ -96,7 +96,7 @@ class AccessBuffer:
         ))
         if len(waiting) >= MAX_BATCH:
             self.flush()
-        elif not self._armed:
+        elif self._armed_on is None or self._armed_on.is_closed():
             self._arm()
 
     def _arm(self) -> None:
@@ -105,11 +105,11 @@ class AccessBuffer:
         except RuntimeError:  # no loop in this thread to flush later on: now, then
             self.flush()
             return
-        self._armed = True
+        self._armed_on = loop
         loop.call_later(FLUSH_AFTER_S, self._timed_flush)
 
     def _timed_flush(self) -> None:
-        self._armed = False
+        self._armed_on = None
         self.flush()
 
     def flush(self) -> None:
