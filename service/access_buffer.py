@@ -45,16 +45,20 @@ def _text_lines(entries: list[Entry]) -> str:
     return "".join(out)
 
 
+# json.dumps(..., default=str), as JsonFormatter calls it, without a new encoder a line.
+_ENCODER = json.JSONEncoder(default=str)
+
+
 def _json_lines(entries: list[Entry]) -> str:
     """One JSON object a line, as :class:`service.logs.JsonFormatter` writes a record."""
-    dumps = json.dumps
+    encode = _ENCODER.encode
     return "".join(
-        dumps({
+        encode({
             "ts": round(created, 6), "level": "info", "logger": LOGGER_NAME,
             "msg": f"{method} {path} {status}", "request_id": rid, "method": method,
             "path": path, "status": status, "remote": remote, "duration_ms": duration_ms,
             "bytes": body_bytes, "x_cache": x_cache,
-        }, default=str) + "\n"
+        }) + "\n"
         for created, duration_ms, rid, method, path, status, remote, body_bytes, x_cache
         in entries
     )
