@@ -122,8 +122,10 @@ def warm_nginx(url: str, path: str, size: int) -> None:
                 continue
 
 
-def render(results: dict[str, list[tuple[float, float, float]]], configs: dict[str, tuple[str, ...]],
-           args: argparse.Namespace, load: list[float]) -> str:
+def render(
+    results: dict[str, list[tuple[float, float, float]]], configs: dict[str, tuple[str, ...]],
+    args: argparse.Namespace, load: list[float],
+) -> str:
     base = statistics.median(r[0] for r in results[NGINX])
     lines = [f"warm 64 KiB x {CONNS} conns, {args.rounds} interleaved round(s) of "
              f"{args.seconds:g} s, medians; load average {load[0]:.2f} before, "

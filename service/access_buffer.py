@@ -28,8 +28,26 @@ FLUSH_AFTER_S = 0.25
 MAX_BATCH = 512
 LOGGER_NAME = "hubspoke.access"
 
-# (time.time(), duration_ms, request id, method, target, status, remote, bytes, x_cache)
+# (time.time(), duration_ms, request id, method, path, status, remote, bytes, x_cache)
 Entry = tuple[float, float, str, str, str, int, str | None, int, str | None]
+# As a request leaves it: (perf_counter at the end, at the start, request id, method,
+# target, status, remote, bytes, x_cache); the rest is worked out in the batch.
+Raw = tuple[float, float, str, str, str, int, str | None, int, str | None]
+
+
+def _wall_offset() -> float:
+    """What to add to a perf_counter reading to make it a time.time() one."""
+    return time.time() - time.perf_counter()
+
+
+def _entries(raw: list[Raw]) -> list[Entry]:
+    """The lines' fields: a wall-clock time for each end (from one reading of each clock
+    for the batch), the duration in ms, the path without its query."""
+    offset = _wall_offset()
+    return [(ended + offset, round(1000 * (ended - started), 3), rid, method,
+             target.partition("?")[0], status, remote, body_bytes, x_cache)
+            for ended, started, rid, method, target, status, remote, body_bytes, x_cache
+            in raw]
 
 
 def _text_lines(entries: list[Entry]) -> str:
@@ -84,7 +102,7 @@ class AccessBuffer:
         self._format: Callable[[list[Entry]], str] = _json_lines if fmt == "json" else _text_lines
         # deque: append and popleft are atomic, so a flush from another thread (a log
         # line from a thread, atexit) never loses a line appended meanwhile.
-        self._waiting: collections.deque[Entry] = collections.deque()
+        self._waiting: collections.deque[Raw] = collections.deque()
         self._armed_on: asyncio.AbstractEventLoop | None = None  # the loop a flush waits on
         self.written = 0  # lines written so far
 
@@ -94,10 +112,8 @@ class AccessBuffer:
     ) -> None:
         """One answered request (``started``: a perf_counter reading)."""
         waiting = self._waiting
-        waiting.append((
-            time.time(), round(1000 * (time.perf_counter() - started), 3), rid, method,
-            path.partition("?")[0], status, remote, body_bytes, x_cache,
-        ))
+        waiting.append((time.perf_counter(), started, rid, method, path, status, remote,
+                        body_bytes, x_cache))
         if len(waiting) >= MAX_BATCH:
             self.flush()
         elif self._armed_on is None or self._armed_on.is_closed():
@@ -121,7 +137,7 @@ class AccessBuffer:
         waiting = self._waiting
         if not waiting:
             return
-        entries = []
+        entries: list[Raw] = []
         while True:
             try:
                 entries.append(waiting.popleft())
@@ -131,7 +147,7 @@ class AccessBuffer:
         handler.acquire()
         try:
             stream = handler.stream
-            stream.write(self._format(entries))
+            stream.write(self._format(_entries(entries)))
             stream.flush()
             self.written += len(entries)
         except (OSError, ValueError):  # stderr gone or closed: nowhere left to say it
