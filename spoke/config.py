@@ -116,7 +116,13 @@ def choose_workers(cpus: int, single: str | None = None) -> tuple[int, str]:
 
 
 def _cgroup_cpu_max() -> str | None:
-    """This process's cgroup v2 CPU quota (``cpu.max``), if it has one to read."""
+    """This process's CPU quota as cgroup v2's ``cpu.max`` says it, if there is one to
+    read: v2's own file, else v1's ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (as
+    mounted in a container: its own cgroup's)."""
+    return _cgroup_v2_cpu_max() or _cgroup_v1_cpu_max()
+
+
+def _cgroup_v2_cpu_max() -> str | None:
     try:
         with open("/proc/self/cgroup", encoding="ascii") as f:
             unified = [line.split(":", 2)[2].strip() for line in f if line.startswith("0::")]
@@ -126,6 +132,17 @@ def _cgroup_cpu_max() -> str | None:
             return f.read()
     except (OSError, IndexError):
         return None
+
+
+def _cgroup_v1_cpu_max() -> str | None:
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", encoding="ascii") as f:
+            quota = f.read().strip()
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us", encoding="ascii") as f:
+            period = f.read().strip()
+    except OSError:
+        return None
+    return None if quota.startswith("-") else f"{quota} {period}"
 
 
 def machine_cpus() -> int:
