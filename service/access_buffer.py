@@ -20,13 +20,17 @@ import atexit
 import collections
 import json
 import logging
+import select
 import time
 from collections.abc import Callable
+from typing import TextIO
 
 # How long a line may wait for its batch, and the most lines a batch holds.
 FLUSH_AFTER_S = 0.25
 MAX_BATCH = 512
 LOGGER_NAME = "hubspoke.access"
+# POSIX's bound on a write to a pipe that is never interleaved with others' (Linux: 4 KiB).
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)
 
 # (time.time(), duration_ms, request id, method, path, status, remote, bytes, x_cache)
 Entry = tuple[float, float, str, str, str, int, str | None, int, str | None]
@@ -80,6 +84,29 @@ def _json_lines(entries: list[Entry]) -> str:
         for created, duration_ms, rid, method, path, status, remote, body_bytes, x_cache
         in entries
     )
+
+
+def _write(stream: TextIO, text: str) -> None:
+    """Write ``text`` (whole lines) to ``stream``, in writes of at most :data:`PIPE_BUF`
+    bytes that each end a line: on a pipe (a container's stderr) such a write is atomic,
+    so reader workers sharing it never split each other's lines."""
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text-only stream (a test's): no descriptor to share
+        stream.write(text)
+        stream.flush()
+        return
+    data = text.encode(stream.encoding or "utf-8", stream.errors or "strict")
+    stream.flush()  # whatever its text layer holds goes first
+    start = 0
+    while start < len(data):
+        end = start + PIPE_BUF
+        if end < len(data):
+            cut = data.rfind(b"\n", start, end)
+            # A line longer than PIPE_BUF goes whole, in one write of its own.
+            end = cut + 1 if cut >= start else (data.find(b"\n", end) + 1 or len(data))
+        binary.write(data[start:end])
+        binary.flush()
+        start = end
 
 
 class OrderedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -146,9 +173,7 @@ class AccessBuffer:
         handler = self.handler
         handler.acquire()
         try:
-            stream = handler.stream
-            stream.write(self._format(_entries(entries)))
-            stream.flush()
+            _write(handler.stream, self._format(_entries(entries)))
             self.written += len(entries)
         except (OSError, ValueError):  # stderr gone or closed: nowhere left to say it
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import time
 
@@ -115,3 +116,36 @@ def test_a_timer_on_a_loop_gone_does_not_hold_later_lines() -> None:
     asyncio.run(one())
     buffer.add("r", "GET", "/y", 200, None, time.perf_counter(), 1, None)  # off a loop: now
     assert buffer.written == 3
+
+
+class _Recorded(io.BytesIO):
+    """A binary layer that keeps each write it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.writes.append(bytes(data))
+        return super().write(data)
+
+
+def test_a_batch_goes_out_in_whole_lines_no_longer_than_an_atomic_pipe_write() -> None:
+    binary = _Recorded()
+    stream = io.TextIOWrapper(binary, encoding="utf-8", write_through=True)
+    buffer = AccessBuffer(OrderedStreamHandler(stream), "json")
+    long_path = "/objects/" + "\u00e9" * (access_buffer.PIPE_BUF)  # one line longer than it
+
+    async def serve() -> None:
+        for i in range(300):
+            buffer.add(f"r{i}", "GET", long_path if i == 150 else f"/x/{i}", 200, None,
+                       time.perf_counter(), 1, None)
+        buffer.flush()
+
+    asyncio.run(serve())
+    lines = binary.getvalue().decode().splitlines()
+    assert [json.loads(line)["request_id"] for line in lines] == [f"r{i}" for i in range(300)]
+    assert len(binary.writes) > 2
+    for data in binary.writes:
+        assert data.endswith(b"\n")
+        assert len(data) <= access_buffer.PIPE_BUF or data.count(b"\n") == 1
