@@ -172,7 +172,7 @@ class _Cache:
     # in its new version), so the TTL only bounds how long an object cached whole keeps
     # its old version after a change at the hub.
     meta_ttl_s: float = setting(
-        "--meta-ttl", default=3600.0, parse=float,
+        "--meta-ttl", default="3600", parse=float,
         help="seconds an object's size/etag is trusted before asking the hub again "
              "(lower it for objects rewritten in place)")
     fetch_concurrency: int = setting("--fetch-concurrency", default=16, parse=positive(int),
