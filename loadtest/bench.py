@@ -43,6 +43,7 @@ import os
 import platform
 import random
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -332,11 +333,7 @@ class Bench:
         os.makedirs(cache_dir)
         self.spoke = self.lab.spoke(
             self.spoke_upstream, cache_dir,
-            "--capacity", str(2 * self.settings.data_bytes),
-            "--access-log", "off", "--log-level", "warning",
-            "--workers", self.settings.spoke_workers,
-            "--cpu-affinity", self.settings.spoke_cpu_affinity,
-            "--meta-ttl", f"{self.settings.spoke_meta_ttl_s:g}",
+            "--capacity", str(2 * self.settings.data_bytes), *self.settings.spoke_flags,
         )
         return self.spoke
 
@@ -634,10 +631,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "temp dir, removed at the end)")
     parser.add_argument("--seconds", type=float, help="wrk seconds per cell")
     parser.add_argument("--rounds", type=int, help="interleaved rounds per wrk cell")
-    parser.add_argument("--spoke-workers", default="auto",
-                        help="the spoke's --workers (default auto, like nginx's workers)")
-    parser.add_argument("--spoke-cpu-affinity", default="off", choices=AFFINITIES,
-                        help="the spoke's --cpu-affinity (default: off)")
+    parser.add_argument("--spoke-workers",
+                        help="the spoke's --workers (default: its own, auto)")
+    parser.add_argument("--spoke-cpu-affinity", choices=AFFINITIES,
+                        help="the spoke's --cpu-affinity (default: its own, off)")
+    parser.add_argument("--spoke-flags", default="",
+                        help="more of the spoke's flags, as one shell-quoted string "
+                             "(default: none; the bench measures the spoke's defaults)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile the spoke with py-spy (if installed)")
     parser.add_argument("--from-json", metavar="REPORT_JSON",
@@ -656,11 +656,25 @@ def _replay_from_json(data: dict[str, Any]) -> ReplayResult:
     return result
 
 
+def settings_of(saved: dict[str, Any]) -> dict[str, Any]:
+    """A report.json's settings as :class:`Settings` takes them: the spoke's flags as a
+    tuple, and those of reports from before ``spoke_flags`` (when the bench tuned the
+    spoke with ``--access-log off --meta-ttl 3600`` and its workers) as such flags."""
+    saved = dict(saved)
+    if "spoke_workers" in saved:
+        saved["spoke_flags"] = [
+            "--access-log", "off", "--log-level", "warning",
+            "--workers", saved.pop("spoke_workers"),
+            "--cpu-affinity", saved.pop("spoke_cpu_affinity", "off"), "--meta-ttl", "3600"]
+    saved["spoke_flags"] = tuple(saved.get("spoke_flags", ()))
+    return saved
+
+
 def rerender(path: str, out: str) -> str:
     """report.md again from a report.json (after a change to the template)."""
     with open(path) as f:
         data = json.load(f)
-    s = Settings(**data["settings"])
+    s = Settings(**settings_of(data["settings"]))
     r = data["replay"]
     rep = {"local": _replay_from_json(r["local"]), "spoke": _replay_from_json(r["spoke"]),
            "summary": ReplaySummary(**r["summary"]), "client_cores": r["client_cores"],
@@ -685,6 +699,16 @@ def _toxiproxy_kind() -> str:
     return "toxiproxy-server" if shutil.which("toxiproxy-server") else "the project's stand-in"
 
 
+def spoke_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The spoke's flags beyond hub, cache directory, capacity and port (none: its defaults)."""
+    flags = []
+    if args.spoke_workers is not None:
+        flags += ["--workers", args.spoke_workers]
+    if args.spoke_cpu_affinity is not None:
+        flags += ["--cpu-affinity", args.spoke_cpu_affinity]
+    return (*flags, *shlex.split(args.spoke_flags))
+
+
 def _raise_on_term(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -696,8 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     s = QUICK if args.quick else FULL
     s = Settings(**{**asdict(s), "wrk_seconds": args.seconds or s.wrk_seconds,
-                    "rounds": args.rounds or s.rounds, "spoke_workers": args.spoke_workers,
-                    "spoke_cpu_affinity": args.spoke_cpu_affinity})
+                    "rounds": args.rounds or s.rounds, "spoke_flags": spoke_flags(args)})
     missing = [tool for tool, found in (("nginx", nginx_binary()), ("wrk", wrk_binary()))
                if found is None]
     if missing:

@@ -57,8 +57,7 @@ def _head(meta: dict[str, Any], targets: list[Target], s: Settings) -> list[str]
         "the machine by processes outside this benchmark during the run. Both caches serve "
         f"a cached version up to {s.spoke_meta_ttl_s:g} s without asking the hub (nginx "
         f"`proxy_cache_valid {CACHE_VALID_S}s`, spoke `--meta-ttl {s.spoke_meta_ttl_s:g}`); "
-        f"the spoke runs `--workers {s.spoke_workers} --cpu-affinity "
-        f"{s.spoke_cpu_affinity}`.")
+        f"the spoke runs at {s.spoke_described}.")
     add("")
     add("## Targets")
     add("")

@@ -101,9 +101,7 @@ class Spokes:
         os.makedirs(cache_dir)
         process = self.lab.spoke(
             upstream, cache_dir, "--capacity", str(2 * self.s.file_bytes),
-            "--access-log", "off", "--log-level", "warning",
-            "--workers", self.s.spoke_workers, "--cpu-affinity", self.s.spoke_cpu_affinity,
-            "--meta-ttl", f"{self.s.spoke_meta_ttl_s:g}", "--s3-port", "0", *flags)
+            *self.s.spoke_flags, "--s3-port", "0", *flags)
         return S3Spoke(process, s3_address(process), cache_dir)
 
     def restart_anonymous_empty(self) -> None:
@@ -259,7 +257,7 @@ def render(table: list[Row], warm: dict[str, Any], cold: dict[str, Any], s: Sett
         "",
         f"{meta['date']}, {meta['cores']} cores, mode {s.mode}: {s.rounds} interleaved "
         f"round(s) of {s.wrk_seconds:g} s per wrk cell, {max(2, s.cold_rounds)} cold rounds, "
-        f"spoke --workers {s.spoke_workers}, file {s.file_bytes / MiB:,.0f} MiB.",
+        f"spoke at {s.spoke_described}, file {s.file_bytes / MiB:,.0f} MiB.",
         "",
         "| row | S3 | /objects | S3 ÷ /objects | target | verdict |",
         "| --- | ---: | ---: | ---: | ---: | --- |",
@@ -324,7 +322,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", default="reports/bench", help="report directory")
     parser.add_argument("--seconds", type=float, help="wrk seconds per cell")
     parser.add_argument("--rounds", type=int, help="interleaved rounds per wrk cell")
-    parser.add_argument("--spoke-workers", default="auto", help="the spokes' --workers")
+    parser.add_argument("--spoke-workers", help="the spokes' --workers (default: their own)")
     return parser.parse_args(argv)
 
 
@@ -335,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     s = QUICK if args.quick else FULL
     s = replace(s, wrk_seconds=args.seconds or s.wrk_seconds, rounds=args.rounds or s.rounds,
-                spoke_workers=args.spoke_workers)
+                spoke_flags=() if args.spoke_workers is None else ("--workers", args.spoke_workers))
     text, _ = run(s, args.out)
     print(text)
     return 0

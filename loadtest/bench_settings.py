@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadtest.nginx import CACHE_VALID_S
+from spoke.config import SpokeConfig
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -34,17 +34,24 @@ class Settings:
     cold_rounds: int = 1
     wrk_threads: int = 2
     # Each cache as its operator would run it here: nginx with ``worker_processes auto``
-    # (one per core: its best, 4 workers made 0.95x), the spoke with ``--workers auto``
-    # (two per core: its best, spoke.config.WORKERS_PER_CORE). Neither is bound to CPUs:
-    # bound, the spoke's warm 64 KiB tail is shorter but the replay's warm phase ~30 %
-    # slower (spoke.workers.cpus), and nginx's ``worker_cpu_affinity auto`` was not better.
-    spoke_workers: str = "auto"
-    spoke_cpu_affinity: str = "off"
-    # Like nginx's ``proxy_cache_valid``: both caches serve a cached version this long
-    # without asking the hub. With the spoke's default (5 s) each warm run, coming
-    # after ~50 s of other runs, starts by revalidating through the 60 ms link, and
-    # that lands in its p99; nginx is never asked to.
-    spoke_meta_ttl_s: float = CACHE_VALID_S
+    # (one per core: its best, 4 workers made 0.95x), the spoke with no tuning flags at
+    # all (hub, cache directory, capacity, port: its defaults, ``--workers auto``, the
+    # buffered access log, an hour's ``--meta-ttl`` like nginx's ``proxy_cache_valid``,
+    # spoke.config). ``spoke_flags`` adds a user's tuning, to measure it side by side.
+    spoke_flags: tuple[str, ...] = ()
+
+    @property
+    def spoke_meta_ttl_s(self) -> float:
+        """How long the spoke serves a cached version without asking the hub."""
+        flags = list(self.spoke_flags)
+        if "--meta-ttl" in flags[:-1]:
+            return float(flags[flags.index("--meta-ttl") + 1])
+        return float(SpokeConfig.__dataclass_fields__["meta_ttl_s"].default)
+
+    @property
+    def spoke_described(self) -> str:
+        """The spoke's flags, for the report."""
+        return f"`{' '.join(self.spoke_flags)}`" if self.spoke_flags else "its defaults"
 
     @property
     def data_bytes(self) -> int:

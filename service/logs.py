@@ -21,6 +21,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from protocol.headers import CACHE_HEADER, REQUEST_ID_HEADER, SERVER
+from service.access_buffer import AccessBuffer, OrderedStreamHandler, start_buffer
 from service.problem import Handler
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
@@ -81,7 +82,9 @@ class RateLimitedLog:
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    global _buffer
+    _buffer = None  # the access lines go through ``logging`` until buffer_access_log
+    handler = OrderedStreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -89,6 +92,22 @@ def setup_logging(level: str, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+# Set by buffer_access_log: the access lines go there instead of through ``logging``.
+_buffer: AccessBuffer | None = None
+
+
+def buffer_access_log(fmt: str) -> None:
+    """Write the access lines in batches (:mod:`service.access_buffer`) through the handler
+    :func:`setup_logging` installed, in its format ``fmt``; if the level leaves them out
+    (``--log-level warning``), they stay out."""
+    global _buffer
+    handler = next((h for h in logging.getLogger().handlers
+                    if isinstance(h, OrderedStreamHandler)), None)
+    if handler is None or not access_logger.isEnabledFor(logging.INFO):
+        return
+    _buffer = start_buffer(handler, fmt)
 
 
 REQUEST_ID_KEY = web.RequestKey("request_id", str)
@@ -135,6 +154,10 @@ def log_access(
 ) -> None:
     """The access-log line of one answered request (``started``: a perf_counter reading;
     ``path``: a request target, its query left out here)."""
+    buffer = _buffer
+    if buffer is not None:
+        buffer.add(rid, method, path, status, remote, started, body_bytes, x_cache)
+        return
     if access_logger.isEnabledFor(logging.INFO):
         path = path.partition("?")[0]
         access_logger.info(

@@ -15,7 +15,7 @@ from spoke.app import make_app
 from spoke.cache.scrub import open_index, scrub
 from spoke.cache.store import ChunkStore
 from spoke.client.warm_cli import run_warm
-from spoke.config import config_from_args, parse_args
+from spoke.config import config_from_args, parse_args, with_workers_chosen
 from spoke.s3.access import load_keys
 from spoke.s3.app import make_s3_app
 from spoke.serve import handlers
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if report.bad else 0
     if args.command == "warm":
         return run_warm(args.spoke, args.paths, args.prefix, args.quiet, args.token_file)
-    config = config_from_args(args)
+    config, workers_chosen = with_workers_chosen(config_from_args(args))
     apply_logging_flags(config.log_level, config.log_format, config.access_log)
     if config.reader_channel_fd is not None:
         if config.reader_cpu is not None:
@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("caching %s in %s (capacity %d bytes, %s, %d worker%s)", config.hub_url,
                 config.cache_dir, config.capacity_bytes, config.policy, config.workers,
                 "" if config.workers == 1 else "s")
+    # What the defaults came to on this machine, for whoever reads the log first.
+    logger.info("chosen: %d worker%s (%s), meta-ttl %g s, access log %s", config.workers,
+                "" if config.workers == 1 else "s", workers_chosen, config.meta_ttl_s,
+                config.access_log)
     placement = (cpus.spread(cpus.allowed_cpus(), config.workers)
                  if config.cpu_affinity == "spread" else None)
     if placement is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -25,6 +27,13 @@ AFFINITIES = ("off", "spread")
 # on its own core while the other idles. With more processes than cores the scheduler
 # evens out the load; two per core measured best (docs/architecture.md).
 WORKERS_PER_CORE = 2
+# ... up to this many. Each reader holds its own interpreter, loop and buffers, so on a
+# GPU node of many cores two per core would cost gigabytes, and cores the training job
+# preprocesses on; past the point where the NIC or the disk is the limit, more readers
+# only add memory. The figures behind it: docs/architecture.md.
+MAX_AUTO_WORKERS = 8
+# ``--workers``' value for "auto" until :func:`parse_args` turns it into a count.
+AUTO_WORKERS = 0
 
 
 def _count(text: str) -> int:
@@ -65,9 +74,10 @@ def _age(text: str) -> float:
 
 
 def _workers(text: str) -> int:
-    """argparse ``type=`` for ``--workers``: a positive count, or ``auto`` (two per core)."""
+    """argparse ``type=`` for ``--workers``: a positive count, or ``auto``
+    (:data:`AUTO_WORKERS`, chosen by :func:`choose_workers` once every flag is known)."""
     if text == "auto":
-        return WORKERS_PER_CORE * max(1, len(os.sched_getaffinity(0)))
+        return AUTO_WORKERS
     try:
         count = int(text)
     except ValueError:
@@ -75,6 +85,69 @@ def _workers(text: str) -> int:
     if count < 1:
         raise argparse.ArgumentTypeError("--workers must be at least 1")
     return count
+
+
+def usable_cpus(allowed: int, cpu_max: str | None) -> int:
+    """The CPUs a process may keep busy: those it may run on (``allowed``), or fewer
+    under a cgroup v2 quota (``cpu_max``: the text of ``cpu.max``, ``"max 100000"`` for
+    none, ``"200000 100000"`` for two CPUs' worth). A container limited to two CPUs on
+    a 96-core node may run on all 96, but only two at a time."""
+    allowed = max(1, allowed)
+    if cpu_max is None:
+        return allowed
+    quota, _, period = cpu_max.strip().partition(" ")
+    try:
+        share = int(quota) / int(period or "100000")
+    except (ValueError, ZeroDivisionError):  # "max": no quota
+        return allowed
+    return max(1, min(allowed, math.ceil(share)))
+
+
+def choose_workers(cpus: int, single: str | None = None) -> tuple[int, str]:
+    """``--workers auto``: the processes for ``cpus`` usable CPUs, and why, for the start
+    line. ``single`` names a setting that needs one process (TLS), which then wins."""
+    if single is not None:
+        return 1, f"auto: 1 ({single} needs one process)"
+    count = WORKERS_PER_CORE * max(1, cpus)
+    if count > MAX_AUTO_WORKERS:
+        return MAX_AUTO_WORKERS, (f"auto: {WORKERS_PER_CORE} per CPU for {cpus} CPUs, "
+                                  f"capped at {MAX_AUTO_WORKERS}")
+    return count, f"auto: {WORKERS_PER_CORE} per CPU for {cpus} CPU{'' if cpus == 1 else 's'}"
+
+
+def _cgroup_cpu_max() -> str | None:
+    """This process's CPU quota as cgroup v2's ``cpu.max`` says it, if there is one to
+    read: v2's own file, else v1's ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` (as
+    mounted in a container: its own cgroup's)."""
+    return _cgroup_v2_cpu_max() or _cgroup_v1_cpu_max()
+
+
+def _cgroup_v2_cpu_max() -> str | None:
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as f:
+            unified = [line.split(":", 2)[2].strip() for line in f if line.startswith("0::")]
+        if not unified:
+            return None
+        with open(f"/sys/fs/cgroup{unified[0].rstrip('/')}/cpu.max", encoding="ascii") as f:
+            return f.read()
+    except (OSError, IndexError):
+        return None
+
+
+def _cgroup_v1_cpu_max() -> str | None:
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", encoding="ascii") as f:
+            quota = f.read().strip()
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us", encoding="ascii") as f:
+            period = f.read().strip()
+    except OSError:
+        return None
+    return None if quota.startswith("-") else f"{quota} {period}"
+
+
+def machine_cpus() -> int:
+    """The usable CPUs of this machine, container or cpuset (:func:`usable_cpus`)."""
+    return usable_cpus(len(os.sched_getaffinity(0)), _cgroup_cpu_max())
 
 
 @settings
@@ -93,9 +166,15 @@ class _Cache:
     """Its port, and how it fetches, keeps and drops chunks."""
 
     port: int = setting("--port", default=8701, parse=int, help="port (0 picks a free one)")
+    # An hour: a training run reads each shard once an epoch, and a shorter TTL makes
+    # every such read wait a round trip to the hub to revalidate. Versions never mix
+    # (chunk fetches carry If-Match, and a changed object found on a miss is answered
+    # in its new version), so the TTL only bounds how long an object cached whole keeps
+    # its old version after a change at the hub.
     meta_ttl_s: float = setting(
-        "--meta-ttl", default=5.0, parse=float,
-        help="seconds an object's size/etag is trusted before asking the hub again")
+        "--meta-ttl", default="3600", parse=float,
+        help="seconds an object's size/etag is trusted before asking the hub again "
+             "(lower it for objects rewritten in place)")
     fetch_concurrency: int = setting("--fetch-concurrency", default=16, parse=positive(int),
                                      help="chunk fetches in flight to the hub at once")
     readahead_chunks: int = setting("--readahead", default=4, parse=_count,
@@ -230,9 +309,10 @@ class SpokeConfig(_Store, ListenSettings, _Cache, LoggingSettings, AuthSettings,
     """``python -m spoke serve``'s settings, its flags in this order."""
 
     workers: int = setting(
-        "--workers", default="1", parse=_workers,
+        "--workers", default="auto", parse=_workers,
         help="processes serving the port: the spoke and N-1 reader workers answering "
-             "cache hits from its files (SO_REUSEPORT; 'auto': two per core; plain HTTP)")
+             f"cache hits from its files (SO_REUSEPORT; plain HTTP). 'auto': "
+             f"{WORKERS_PER_CORE} per usable CPU, at most {MAX_AUTO_WORKERS}, 1 with TLS")
     cpu_affinity: str = setting(  # "spread": spoke.workers.cpus
         "--cpu-affinity", default="off", choices=AFFINITIES,
         help="'spread': bind each of the spoke's processes to one CPU of those it may "
@@ -293,6 +373,15 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str]) -> argparse.Namespac
     if args.command == "serve" and args.peers and args.port == 0 and not args.advertise:
         parser.error("--peers with --port 0 needs --advertise: peers must know the port")
     return args
+
+
+def with_workers_chosen(config: SpokeConfig) -> tuple[SpokeConfig, str]:
+    """``config`` with ``--workers auto`` turned into a count (:func:`choose_workers` for
+    this machine), and how the count came, for the start line."""
+    if config.workers != AUTO_WORKERS:
+        return config, "given"
+    count, why = choose_workers(machine_cpus(), "--tls-cert" if config.tls_cert else None)
+    return dataclasses.replace(config, workers=count), why
 
 
 def config_from_args(args: argparse.Namespace) -> SpokeConfig:

@@ -16,6 +16,11 @@ from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.config import SpokeConfig
 from tests.support.servers import GatedBackend, RunningServer, start_hub, start_spoke, write_dataset
 
+# A spoke started as a process defaults to --workers auto (two per CPU); here, where
+# the tests share a few cores, each is one process unless its test asks for more.
+# The flag wins over the variable; tests of the default take it out of their env.
+os.environ.setdefault("HUBSPOKE_WORKERS", "1")
+
 CHUNK = 64 * 1024
 # Sizes chosen to hit the edge cases: empty, tiny, exact multiples, a partial
 # last chunk, and an object of many chunks.

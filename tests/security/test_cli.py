@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -138,7 +139,11 @@ async def test_minted_token_against_real_hub_and_spoke_over_tls(
             problem(await call(https, f"{url}/objects/ds/small.bin", tenant_b), 403)
             assert (await call(https, f"{url}/healthz"))[0] == 200
     for process in (hub, spoke):
-        log = "\n".join(process.log)
+        for _ in range(600):  # the access log writes its lines in batches, soon after
+            log = "\n".join(process.log)
+            if "/objects/ds/small.bin" in log:
+                break
+            await asyncio.sleep(0.05)
         assert "/objects/ds/small.bin" in log  # the access log is on...
         for token in (tenant_a, tenant_b, spoke_token.read_text().strip()):
             assert token.rsplit(".", 1)[1] not in log  # ...and never shows a token
