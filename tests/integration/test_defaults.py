@@ -14,14 +14,13 @@ import pytest
 import trustme
 
 from loadtest.procs import Process, start_process
+from service.workers import machine_cpus, usable_cpus
 from spoke.config import (
     MAX_AUTO_WORKERS,
     WORKERS_PER_CORE,
     choose_workers,
     config_from_args,
-    machine_cpus,
     parse_args,
-    usable_cpus,
     with_workers_chosen,
 )
 from tests.support.http import blocking_stats
