@@ -377,7 +377,7 @@ PHASES = ("local", "plan", "noplan", "twice", "half")
 
 
 def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
-        phases: Sequence[str] = PHASES) -> dict[str, Any]:
+        phases: Sequence[str] = PHASES, spoke_args: Sequence[str] = ()) -> dict[str, Any]:
     os.makedirs(out_dir, exist_ok=True)
     logs = os.path.join(out_dir, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -398,7 +398,7 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
 
         def spoke(capacity: int) -> str:
             return lab.spoke(link.url, lab.temp_dir("hubspoke-training-cache-"),
-                             "--capacity", str(capacity)).url
+                             "--capacity", str(capacity), *spoke_args).url
 
         log("local ...")  # always: the other phases are measured against it
         local = run_phase("local", setup, f"local:{root}", paths, "shuffle", 1, out_dir, None)
@@ -536,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half-cache-size", type=parse_size)
     parser.add_argument("--phases", default=",".join(PHASES),
                         help=f"a subset of {','.join(PHASES)} (local always runs)")
+    parser.add_argument("--spoke-arg", action="append", default=[], metavar="ARG",
+                        help="an extra argument for every spoke of the big dataset "
+                             "(repeat it; e.g. --spoke-arg=--fetch-concurrency=32)")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     overrides = {"ranks": args.ranks, "workers": args.workers,
@@ -549,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(phases) - set(PHASES):
         parser.error(f"unknown phases {sorted(unknown)}; choose from {','.join(PHASES)}")
     summary = run(setup, args.out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                  phases=phases)
+                  phases=phases, spoke_args=args.spoke_arg)
     shown = {k: summary[k] for k in ("local", "plan", "noplan", "targets") if k in summary}
     print(json.dumps(shown, indent=2))
     print(f"took {time.time() - started:.0f} s; {args.out}/summary.json, "
