@@ -24,7 +24,7 @@ Phases:
 
 Writes ``DIR/summary.json`` (per phase and epoch: samples/s, util = step time over
 wall time, read p50/p99, chunk hit ratio, hub egress, the batch from which the epoch
-is steady) and ``DIR/timeline.png`` (per batch, cold to warm). Everything listens on
+is steady, the time a rank waited for its first batch and for all the others) and ``DIR/timeline.png`` (per batch, cold to warm). Everything listens on
 127.0.0.1 and every process started is stopped by PID.
 """
 
@@ -313,9 +313,14 @@ def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str
             })
             previous_end = batch_end
         steady = max(steady_from(bs) for bs in per_rank)
+        # Where a cold epoch loses: its first batch (the loader's first reads want most
+        # of a uniformly shuffled plan at once), or the batches after.
+        waits = [[b["wait_s"] for b in bs] for bs in per_rank]
         out.append({
             "samples_per_s": samples / (end - start),
             "util": statistics.fmean(s / w for s, w in zip(step, walls, strict=True)),
+            "first_batch_wait_s": statistics.fmean(w[0] for w in waits if w),
+            "later_batches_wait_s": statistics.fmean(sum(w[1:]) for w in waits),
             "read_p50_ms": 1000 * quantile(reads, 0.50),
             "read_p99_ms": 1000 * quantile(reads, 0.99),
             "steady_from_batch": steady,
