@@ -31,8 +31,7 @@ class PlanPrefetcher:
         imminent: int = 0,
     ) -> None:
         """``concurrency``: background fetches in flight per plan; ``imminent``: how many
-        of the plan's next distinct chunks (inside the window) are fetched as a loader's
-        own (demand) fetch."""
+        of the plan's next distinct chunks are fetched as a loader's own (demand) fetch."""
         self.book = book
         self.cache = cache
         self.window_bytes = window_bytes
@@ -83,7 +82,7 @@ class PlanPrefetcher:
         try:
             while not plan.finished:
                 moved.clear()
-                upcoming = plan.upcoming(self._window_chunks(plan))
+                upcoming = plan.upcoming(max(self.imminent, self._window_chunks(plan)))
                 attempted &= set(upcoming)
                 for position, name in enumerate(upcoming):
                     # The plan's readers ask for its next few chunks within their next
