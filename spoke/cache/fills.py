@@ -195,8 +195,7 @@ class Fills:
         return self.space.policy.would_keep(ChunkKey.of(manifest, index).name)
 
     async def prefetch(
-        self, manifest: Manifest, index: int, tenant: str = "", *, stored: bool = True,
-        background: bool = True,
+        self, manifest: Manifest, index: int, tenant: str = "", *, stored: bool = True
     ) -> bool:
         """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
 
@@ -205,9 +204,7 @@ class Fills:
         :meth:`ChunkCache.get`. With ``stored=False`` it returns once the bytes are
         verified (readers are served from memory meanwhile), while the chunk is still
         being stored: a caller that bounds its fetches in flight then bounds fetches,
-        not writes to a slow disk (those are bounded by the storing backlog). With
-        ``background=False`` (a read plan's next chunks, which its loader is about to
-        ask for) the fetch takes a slot as a loader's would.
+        not writes to a slow disk (those are bounded by the storing backlog).
         """
         key = ChunkKey.of(manifest, index)
         if key.name in self.space.resident:
@@ -219,7 +216,7 @@ class Fills:
             fetched = await self.placement.prefetch_at_owner(manifest, index)
             if fetched is not None:
                 return fetched
-        fill, task, joined = self.flight(key, manifest, tenant, background=background)
+        fill, task, joined = self.flight(key, manifest, tenant, background=True)
         prefetched = self.local.prefetched
         if not joined:
             # Marked now: a loader may read it from memory while it is being stored.

@@ -27,16 +27,12 @@ class PlanPrefetcher:
     """Makes and drops the plans of one spoke, and runs their prefetches."""
 
     def __init__(
-        self, book: PlanBook, cache: ChunkCache, window_bytes: int, concurrency: int = 4,
-        imminent: int = 0,
+        self, book: PlanBook, cache: ChunkCache, window_bytes: int, concurrency: int = 4
     ) -> None:
-        """``concurrency``: background fetches in flight per plan; ``imminent``: how many
-        of the plan's next distinct chunks are fetched as a loader's own (demand) fetch."""
         self.book = book
         self.cache = cache
         self.window_bytes = window_bytes
         self.concurrency = concurrency
-        self.imminent = imminent
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def create(
@@ -75,30 +71,24 @@ class PlanPrefetcher:
 
     async def _prefetch(self, plan: ReadPlan, moved: asyncio.Event) -> None:
         """Keep the window of chunks ahead of the plan's cursor cached."""
-        in_flight: dict[asyncio.Future[object], bool] = {}  # fetch: whether background
+        in_flight: dict[asyncio.Future[object], str] = {}
         # Chunks tried while in the window are not tried again until they leave it:
         # one the policy declined to keep would otherwise be fetched in a loop.
         attempted: set[str] = set()
         try:
             while not plan.finished:
                 moved.clear()
-                upcoming = plan.upcoming(max(self.imminent, self._window_chunks(plan)))
+                upcoming = plan.upcoming(self._window_chunks(plan))
                 attempted &= set(upcoming)
-                for position, name in enumerate(upcoming):
-                    # The plan's readers ask for its next few chunks within their next
-                    # reads: fetched as theirs, those go out in the plan's order and
-                    # before the readers come (a cold job's first batches want most of
-                    # the plan at once), not behind a half of the fetch slots.
-                    background = position >= self.imminent
-                    if background and sum(in_flight.values()) >= self.concurrency:
+                for name in upcoming:
+                    if len(in_flight) >= self.concurrency:
                         break
                     if name in attempted or self.cache.is_cached(*plan.where[name]):
                         continue
                     if not self.cache.worth_prefetching(*plan.where[name]):
                         break  # needed later than all that is cached: no point yet
                     attempted.add(name)
-                    in_flight[asyncio.ensure_future(self._fetch(plan, name, background))] = \
-                        background
+                    in_flight[asyncio.ensure_future(self._fetch(plan, name))] = name
                 woken: asyncio.Future[object] = asyncio.ensure_future(moved.wait())
                 done, _ = await asyncio.wait({*in_flight, woken},
                                              return_when=asyncio.FIRST_COMPLETED)
@@ -121,13 +111,12 @@ class PlanPrefetcher:
         window = min(self.window_bytes, capacity if fits else capacity // 8)
         return max(1, window // chunk_size)
 
-    async def _fetch(self, plan: ReadPlan, name: str, background: bool) -> None:
+    async def _fetch(self, plan: ReadPlan, name: str) -> None:
         manifest, index = plan.where[name]
         try:
             # Done once verified: counted until stored, the fetches in flight stalled
             # on every write to a slow disk while the link sat idle.
-            await self.cache.prefetch(manifest, index, plan.tenant, stored=False,
-                                      background=background)
+            await self.cache.prefetch(manifest, index, plan.tenant, stored=False)
         except ProtocolError as exc:
             logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
                         manifest.path, index, exc)
