@@ -24,8 +24,9 @@ Phases:
 
 Writes ``DIR/summary.json`` (per phase and epoch: samples/s, util = step time over
 wall time, read p50/p99, chunk hit ratio, hub egress, the batch from which the epoch
-is steady, the time a rank waited for its first batch and for all the others) and ``DIR/timeline.png`` (per batch, cold to warm). Everything listens on
-127.0.0.1 and every process started is stopped by PID.
+is steady, the time a rank waited for its first batch and for all the others) and
+``DIR/timeline.png`` (per batch, cold to warm). Everything listens on 127.0.0.1 and
+every process started is stopped by PID.
 """
 
 from __future__ import annotations
