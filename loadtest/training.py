@@ -24,8 +24,9 @@ Phases:
 
 Writes ``DIR/summary.json`` (per phase and epoch: samples/s, util = step time over
 wall time, read p50/p99, chunk hit ratio, hub egress, the batch from which the epoch
-is steady) and ``DIR/timeline.png`` (per batch, cold to warm). Everything listens on
-127.0.0.1 and every process started is stopped by PID.
+is steady, the time a rank waited for its first batch and for all the others) and
+``DIR/timeline.png`` (per batch, cold to warm). Everything listens on 127.0.0.1 and
+every process started is stopped by PID.
 """
 
 from __future__ import annotations
@@ -313,9 +314,14 @@ def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str
             })
             previous_end = batch_end
         steady = max(steady_from(bs) for bs in per_rank)
+        # Where a cold epoch loses: its first batch (the loader's first reads want most
+        # of a uniformly shuffled plan at once), or the batches after.
+        waits = [[b["wait_s"] for b in bs] for bs in per_rank]
         out.append({
             "samples_per_s": samples / (end - start),
             "util": statistics.fmean(s / w for s, w in zip(step, walls, strict=True)),
+            "first_batch_wait_s": statistics.fmean(w[0] for w in waits if w),
+            "later_batches_wait_s": statistics.fmean(sum(w[1:]) for w in waits),
             "read_p50_ms": 1000 * quantile(reads, 0.50),
             "read_p99_ms": 1000 * quantile(reads, 0.99),
             "steady_from_batch": steady,
@@ -377,7 +383,7 @@ PHASES = ("local", "plan", "noplan", "twice", "half")
 
 
 def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
-        phases: Sequence[str] = PHASES) -> dict[str, Any]:
+        phases: Sequence[str] = PHASES, spoke_args: Sequence[str] = ()) -> dict[str, Any]:
     os.makedirs(out_dir, exist_ok=True)
     logs = os.path.join(out_dir, "logs")
     os.makedirs(logs, exist_ok=True)
@@ -398,7 +404,7 @@ def run(setup: Setup, out_dir: str, log: Callable[[str], None] = print,
 
         def spoke(capacity: int) -> str:
             return lab.spoke(link.url, lab.temp_dir("hubspoke-training-cache-"),
-                             "--capacity", str(capacity)).url
+                             "--capacity", str(capacity), *spoke_args).url
 
         log("local ...")  # always: the other phases are measured against it
         local = run_phase("local", setup, f"local:{root}", paths, "shuffle", 1, out_dir, None)
@@ -536,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half-cache-size", type=parse_size)
     parser.add_argument("--phases", default=",".join(PHASES),
                         help=f"a subset of {','.join(PHASES)} (local always runs)")
+    parser.add_argument("--spoke-arg", action="append", default=[], metavar="ARG",
+                        help="an extra argument for every spoke of the big dataset "
+                             "(repeat it; e.g. --spoke-arg=--fetch-concurrency=32)")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
     overrides = {"ranks": args.ranks, "workers": args.workers,
@@ -549,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(phases) - set(PHASES):
         parser.error(f"unknown phases {sorted(unknown)}; choose from {','.join(PHASES)}")
     summary = run(setup, args.out, log=lambda m: print(m, file=sys.stderr, flush=True),
-                  phases=phases)
+                  phases=phases, spoke_args=args.spoke_arg)
     shown = {k: summary[k] for k in ("local", "plan", "noplan", "targets") if k in summary}
     print(json.dumps(shown, indent=2))
     print(f"took {time.time() - started:.0f} s; {args.out}/summary.json, "

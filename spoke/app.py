@@ -153,8 +153,10 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
     book = PlanBook()
     cache = await open_cache(config, book, app[CLOCK])
+    # As many as background work may hold (spoke.cache.fills): a loader's reads still go
+    # first, and a cold job's first batches need most of the plan's chunks at once.
     plans = PlanPrefetcher(
-        book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 4)
+        book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 2)
     )
     app[handlers.CACHE] = cache
     if isinstance(cache.hub, TieredUpstream):

@@ -198,12 +198,17 @@ class Fills:
             return True  # another spoke of the tier keeps it: this one's room is no matter
         return self.space.policy.would_keep(ChunkKey.of(manifest, index).name)
 
-    async def prefetch(self, manifest: Manifest, index: int, tenant: str = "") -> bool:
+    async def prefetch(
+        self, manifest: Manifest, index: int, tenant: str = "", *, stored: bool = True
+    ) -> bool:
         """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
 
         Not a loader lookup: hits and misses are not counted, and the upstream fetch
         yields to demand fetches. ``tenant`` is whose job this is, as in
-        :meth:`ChunkCache.get`.
+        :meth:`ChunkCache.get`. With ``stored=False`` it returns once the bytes are
+        verified (readers are served from memory meanwhile), while the chunk is still
+        being stored: a caller that bounds its fetches in flight then bounds fetches,
+        not writes to a slow disk (those are bounded by the storing backlog).
         """
         key = ChunkKey.of(manifest, index)
         if key.name in self.space.resident:
@@ -215,13 +220,13 @@ class Fills:
             fetched = await self.placement.prefetch_at_owner(manifest, index)
             if fetched is not None:
                 return fetched
-        _, task, joined = self.flight(key, manifest, tenant, background=True)
+        fill, task, joined = self.flight(key, manifest, tenant, background=True)
         prefetched = self.local.prefetched
         if not joined:
             # Marked now: a loader may read it from memory while it is being stored.
             prefetched[key.name] = None
         try:
-            await asyncio.shield(task)
+            await (asyncio.shield(task) if stored else fill.wait_verified())
         except BaseException:
             if not joined:
                 prefetched.pop(key.name, None)

@@ -114,7 +114,9 @@ class PlanPrefetcher:
     async def _fetch(self, plan: ReadPlan, name: str) -> None:
         manifest, index = plan.where[name]
         try:
-            await self.cache.prefetch(manifest, index, plan.tenant)
+            # Done once verified: counted until stored, the fetches in flight stalled
+            # on every write to a slow disk while the link sat idle.
+            await self.cache.prefetch(manifest, index, plan.tenant, stored=False)
         except ProtocolError as exc:
             logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
                         manifest.path, index, exc)

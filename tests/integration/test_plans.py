@@ -10,10 +10,12 @@ import aiohttp
 import msgpack
 import pytest
 
+from spoke.serve.handlers import CACHE
 from tests.conftest import CHUNK, SpokeFactory
+from tests.integration.test_slow_disk import HeldDisk
 from tests.support.http import stats
 from tests.support.servers import write_dataset
-from tests.support.waits import settled_stats
+from tests.support.waits import settled_stats, wait_for_stats
 
 SAMPLE = 16 * 1024
 SHARDS = {f"plan/shard-{i}.bin": 8 * CHUNK for i in range(4)}  # 32 chunks, 128 samples
@@ -222,3 +224,24 @@ async def test_a_plan_keeps_up_with_concurrent_out_of_order_readers(
     opt = opt_misses([(p, o // CHUNK) for order in orders for p, o in order], capacity=16)
     assert fetched["plan"] <= 1.15 * opt + 8, (fetched, opt)
     assert fetched["plan"] < 0.8 * fetched["no plan"], (fetched, opt)
+
+
+async def test_a_plan_keeps_fetching_while_the_disk_is_slow(
+    make_spoke: SpokeFactory, shards: dict[str, bytes], http: aiohttp.ClientSession
+) -> None:
+    # fetch_concurrency=4: the plan prefetches two at a time, and four verified chunks
+    # may wait for the disk. A prefetch counted until stored stopped at two.
+    spoke = await make_spoke(capacity_bytes=64 * CHUNK, fetch_concurrency=4)
+    disk = HeldDisk(spoke.app[CACHE].store)
+    try:
+        order = epoch(seed=3)
+        plan = await post_plan(http, spoke.url, [order])
+        doc = await wait_for_stats(http, spoke.url, lambda d: d["chunks_storing"] == 4)
+        assert doc["cached_chunks"] == 0
+    finally:
+        disk.release()
+    await wait_for_stats(http, spoke.url, lambda d: d["prefetched_chunks"] == 32)
+    hits = await read_all(http, spoke.url, order, shards, plan)
+    doc = await settled_stats(http, spoke.url)
+    assert hits == len(order)
+    assert (doc["hub_fetches"], doc["cached_chunks"], doc["misses"]) == (32, 32, 0)

@@ -25,6 +25,7 @@ def test_a_tiny_training_run_writes_the_summary_and_the_plot(tmp_path: Path) -> 
                     summary["noplan"]["cold"], summary["noplan"]["warm"]):
         assert figures["samples_per_s"] > 0 and 0 < figures["util"] <= 1
         assert figures["batches"] == -(-(dataset // summary["sample_bytes"] // 2) // 24)
+        assert figures["first_batch_wait_s"] > 0 and figures["later_batches_wait_s"] >= 0
     # The dataset fits the cache: the hub sends each byte once, plan or not (the
     # hub's own count; the per-epoch figures come from /stats polled every 50 ms, so
     # the last fetches of one epoch may be counted in the next).
