@@ -35,6 +35,7 @@ class Faults:
     heads: Counter[str] = field(default_factory=Counter)
     # Each object GET's If-Match and versionId, as the store received them.
     pins: list[tuple[str | None, str | None]] = field(default_factory=list)
+    presigned: int = 0  # object GETs signed in their URL (a presigned URL), not a header
     requests: int = 0
 
 
@@ -73,6 +74,7 @@ class StoreProxy:
         if is_object and request.method == "GET":
             faults.gets[request.path] += 1
             faults.pins.append((request.headers.get("If-Match"), request.query.get("versionId")))
+            faults.presigned += "X-Amz-Signature" in request.query
             if faults.hold_s:
                 await asyncio.sleep(faults.hold_s)  # a slow store, not a wait in a test
             hook, faults.before_get = faults.before_get, None
