@@ -16,7 +16,6 @@ short or cut body fails the read, it never yields fewer bytes than asked.
 from __future__ import annotations
 
 import calendar
-import gc
 import logging
 import re
 import threading
@@ -556,10 +555,4 @@ def open_store(
         raise StoreStartupError(f"bucket {root.bucket!r}: {exc}") from None
     backend = S3Backend(client, root)
     backend.check()
-    # botocore's client holds tens of thousands of objects (its service model) that
-    # live as long as the hub: out of the collector's sight, so the collections its
-    # per-request garbage triggers stop walking them all (they cost as much as the
-    # bytes' copies did).
-    gc.collect()
-    gc.freeze()
     return backend
