@@ -9,13 +9,14 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
 from hub.backend import Backend, ObjectInfo, OpenObject
 from hub.manifests import ManifestCache
+from hub.relay import StoreBody, relay_blocking
 from hub.stats import HubStats
 from protocol.manifest import encode_manifest
 from protocol.multipart import boundary_avoiding, boundary_occurs, new_boundary
@@ -45,9 +46,6 @@ SENDFILE_THREADS = 32
 # A transfer that makes no progress for this long is abandoned (the client stalled).
 SENDFILE_STALL_S = 60.0
 _sendfile_pool: ThreadPoolExecutor | None = None
-# The relay's buffer, per range sent from an object store: a few socket buffers' worth,
-# so each read from the store and send to the client moves much at once.
-RELAY_BLOCK_BYTES = 1 << 20
 # Listing entries per executor hop when a backend lists page by page.
 LIST_BATCH = 1000
 
@@ -143,9 +141,9 @@ async def _sendfile_range(
     response cannot: ``os.sendfile`` from a file, a relay from an object store's GET
     (:func:`relay_blocking`), one thread hop per range either way."""
     fileno = getattr(obj, "fileno", None)
-    readinto: Callable[[int, memoryview], None] | None = getattr(obj, "readinto", None)
+    store_body = obj if isinstance(obj, StoreBody) else None  # an object store's GET
     transport = request.transport
-    if (fileno is None and readinto is None) or transport is None \
+    if (fileno is None and store_body is None) or transport is None \
             or r.length < SENDFILE_MIN_BYTES:
         return False
     sock = transport.get_extra_info("socket")
@@ -166,12 +164,12 @@ async def _sendfile_range(
             sent = await loop.run_in_executor(
                 sendfile_pool(), sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
             )
-        elif readinto is not None:
+        elif store_body is not None:
             will_read = getattr(obj, "will_read", None)
             if will_read is not None:
                 will_read(r.start, r.stop)  # a store object reads the range with one GET
             sent = await loop.run_in_executor(
-                sendfile_pool(), relay_blocking, sock_fd, readinto, r.start, r.length, stop
+                sendfile_pool(), relay_blocking, sock_fd, store_body, r.start, r.length, stop
             )
         else:
             raise AssertionError("neither a file nor a store's GET")
@@ -226,49 +224,6 @@ def sendfile_blocking(
             if time.monotonic() - progress_at > SENDFILE_STALL_S:
                 raise ConnectionResetError("client stopped reading")
             poller.poll(250)
-        return sent
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(sock_fd)
-
-
-def relay_blocking(
-    sock_fd: int, readinto: Callable[[int, memoryview], None], offset: int, count: int,
-    stop: threading.Event,
-) -> int:
-    """Send ``count`` bytes from ``offset`` that ``readinto`` fills, block by block.
-
-    One buffer, reused: each block is sent whole before the next is read into it.
-    A block ``readinto`` cannot fill raises (the store cut its body): nothing of it is
-    sent. Owns (and closes) ``sock_fd``, as :func:`sendfile_blocking` does.
-    """
-    buffer = memoryview(bytearray(min(RELAY_BLOCK_BYTES, count)))
-    sent = 0
-    poller = select.poll()
-    poller.register(sock_fd, select.POLLOUT)
-    try:
-        while sent < count:
-            block = buffer[:min(len(buffer), count - sent)]
-            readinto(offset + sent, block)
-            done = 0
-            progress_at = time.monotonic()
-            while done < len(block):
-                if stop.is_set():
-                    raise ConnectionResetError("response abandoned")
-                try:
-                    n = os.write(sock_fd, block[done:])  # a socket: os.write is send
-                except BlockingIOError:
-                    n = 0
-                except OSError as exc:
-                    raise ConnectionResetError(f"client went away: {exc}") from None
-                if n:
-                    done += n
-                    progress_at = time.monotonic()
-                    continue
-                if time.monotonic() - progress_at > SENDFILE_STALL_S:
-                    raise ConnectionResetError("client stopped reading")
-                poller.poll(250)
-            sent += done
         return sent
     finally:
         with contextlib.suppress(OSError):

@@ -16,8 +16,11 @@ short or cut body fails the read, it never yields fewer bytes than asked.
 from __future__ import annotations
 
 import calendar
+import io
 import logging
 import re
+import socket
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -467,6 +470,40 @@ class S3Object:
                 complete = True
             finally:
                 self._drop_body(complete)
+
+    def socket_body(self, offset: int, count: int) -> tuple[bytes, socket.socket] | None:
+        """The socket of the GET of ``[offset, offset + count)`` (the span announced),
+        for the caller to move the body off it (a splice), with the bytes of it already
+        read off the socket; None where it cannot be (TLS, a chunked answer).
+
+        The body is then the caller's: the connection is closed after, not pooled,
+        since the client's own count of it (http.client's) never saw those bytes.
+        """
+        with self._lock:
+            if self._span != (offset, offset + count):
+                return None
+            if self._body is None or self._body_at != offset:
+                self._drop_body()
+                self._body = self._get(offset, count)
+                self._body_at = offset
+            raw = getattr(self._body, "_raw_stream", self._body)
+            source = getattr(raw, "_fp", None)
+            buffered = getattr(source, "fp", None)
+            sock = getattr(getattr(raw, "connection", None), "sock", None)
+            if (not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket)
+                    or getattr(source, "chunked", True) or not isinstance(
+                        buffered, io.BufferedReader)):
+                return None
+            try:
+                ahead = buffered.peek(1)[:count]  # what reading the headers took in
+                buffered.read(len(ahead))
+            except (OSError, ValueError) as exc:
+                self._drop_body()
+                raise StoreUnavailable(
+                    f"object store cut the body of {self.info.path!r}: {type(exc).__name__}"
+                ) from None
+            self._body_at = offset + count
+            return ahead, sock
 
     def _get(self, offset: int, length: int) -> Any:
         backend, info = self._backend, self.info
