@@ -51,6 +51,10 @@ class StoreBody(Protocol):
         the returned socket, after the bytes already read off it (returned too)."""
         ...
 
+    def moved(self) -> None:
+        """The body :meth:`socket_body` gave was moved off its socket, all of it."""
+        ...
+
 
 def relay_blocking(
     sock_fd: int, body: StoreBody, offset: int, count: int, stop: threading.Event
@@ -67,6 +71,7 @@ def relay_blocking(
             buffered, store = taken
             sender.write(memoryview(buffered))
             _splice(sender, store, count - len(buffered))
+            body.moved()
             return sender.sent
         buffer = memoryview(bytearray(min(RELAY_BLOCK_BYTES, count)))
         while sender.sent < count:

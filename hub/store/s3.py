@@ -476,8 +476,8 @@ class S3Object:
         for the caller to move the body off it (a splice), with the bytes of it already
         read off the socket; None where it cannot be (TLS, a chunked answer).
 
-        The body is then the caller's: the connection is closed after, not pooled,
-        since the client's own count of it (http.client's) never saw those bytes.
+        The body is then the caller's. Its connection is closed after, unless the
+        caller moved it all (:meth:`moved`): then it goes back to the pool.
         """
         with self._lock:
             if self._span != (offset, offset + count):
@@ -504,6 +504,19 @@ class S3Object:
                 ) from None
             self._body_at = offset + count
             return ahead, sock
+
+    def moved(self) -> None:
+        with self._lock:
+            raw = getattr(self._body, "_raw_stream", self._body)
+            source = getattr(raw, "_fp", None)
+            if source is None:
+                return
+            # http.client counts the body it reads; it read none of the moved one. Its
+            # count is set to what is left (nothing), and the read of that ends it as
+            # its own read of the last byte would have: the connection is reusable.
+            source.length = 0
+            source.read()
+            self._drop_body(complete=True)
 
     def _get(self, offset: int, length: int) -> Any:
         backend, info = self._backend, self.info
