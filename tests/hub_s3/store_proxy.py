@@ -36,6 +36,8 @@ class Faults:
     # Each object GET's If-Match and versionId, as the store received them.
     pins: list[tuple[str | None, str | None]] = field(default_factory=list)
     presigned: int = 0  # object GETs signed in their URL (a presigned URL), not a header
+    # The client ends of the connections object requests came on.
+    peers: set[object] = field(default_factory=set)
     requests: int = 0
 
 
@@ -71,6 +73,8 @@ class StoreProxy:
         if faults.slow_down > 0:
             faults.slow_down -= 1
             return web.Response(status=503, body=SLOW_DOWN, content_type="application/xml")
+        if is_object and request.transport is not None:
+            faults.peers.add(request.transport.get_extra_info("peername"))
         if is_object and request.method == "GET":
             faults.gets[request.path] += 1
             faults.pins.append((request.headers.get("If-Match"), request.query.get("versionId")))

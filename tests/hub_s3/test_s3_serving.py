@@ -231,3 +231,18 @@ async def test_a_chunk_fill_the_store_refuses_goes_botocores_way_and_is_retried(
         "Range": f"bytes={CHUNK}-{2 * CHUNK - 1}", "If-Match": headers["ETag"]})
     assert (status, body) == (206, data[CHUNK:2 * CHUNK])
     assert proxy.faults.slow_down == 0
+
+
+async def test_ranges_moved_off_the_stores_socket_leave_its_connection_reusable(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    data = bytes(range(256)) * (8 << 12)  # 8 MiB: sent from the store's socket by splice
+    bucket.write("ds/large.bin", data)
+    _, headers, _ = await fetch(http, f"{s3_hub.url}/objects/ds/large.bin", method="HEAD")
+    proxy.faults.peers.clear()
+    for start in (0, 3 << 20, 5 << 20):
+        status, _, body = await fetch(http, f"{s3_hub.url}/objects/ds/large.bin", {
+            "Range": f"bytes={start}-{start + (2 << 20) - 1}", "If-Match": headers["ETag"]})
+        assert (status, body) == (206, data[start:start + (2 << 20)]), start
+    # One after the other, every GET came on the connection the one before gave back.
+    assert len(proxy.faults.peers) == 1
