@@ -164,15 +164,14 @@ async def _sendfile_range(
             sent = await loop.run_in_executor(
                 sendfile_pool(), sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
             )
-        elif store_body is not None:
+        else:
+            assert store_body is not None  # one of the two, checked above
             will_read = getattr(obj, "will_read", None)
             if will_read is not None:
                 will_read(r.start, r.stop)  # a store object reads the range with one GET
             sent = await loop.run_in_executor(
                 sendfile_pool(), relay_blocking, sock_fd, store_body, r.start, r.length, stop
             )
-        else:
-            raise AssertionError("neither a file nor a store's GET")
     finally:
         stop.set()  # the thread may still run if we were cancelled: make it stop
     stats.bytes_sent += sent

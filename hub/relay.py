@@ -18,7 +18,6 @@ import fcntl
 import functools
 import os
 import select
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,9 +45,12 @@ class StoreBody(Protocol):
         """Fill ``view`` from ``offset``, all of it or an error."""
         ...
 
-    def socket_body(self, offset: int, count: int) -> tuple[bytes, socket.socket] | None:
+    def socket_body(self, offset: int, count: int) -> tuple[bytes, int, float | None] | None:
         """For a splice: the ``count`` bytes from ``offset`` are the rest of the GET on
-        the returned socket, after the bytes already read off it (returned too)."""
+        the returned socket, after the bytes already read off it (returned first); with
+        the store's read timeout. The descriptor is a duplicate the caller closes: the
+        GET may be closed meanwhile (a client gone) without its number being reused
+        under the splice."""
         ...
 
     def moved(self) -> None:
@@ -68,9 +70,12 @@ def relay_blocking(
     try:
         taken = body.socket_body(offset, count)
         if taken is not None:
-            buffered, store = taken
-            sender.write(memoryview(buffered))
-            _splice(sender, store, count - len(buffered))
+            buffered, store_fd, timeout = taken
+            try:
+                sender.write(memoryview(buffered))
+                _splice(sender, store_fd, timeout, count - len(buffered))
+            finally:
+                os.close(store_fd)
             body.moved()
             return sender.sent
         buffer = memoryview(bytearray(min(RELAY_BLOCK_BYTES, count)))
@@ -84,10 +89,9 @@ def relay_blocking(
             os.close(sock_fd)
 
 
-def _splice(sender: _Sender, store: socket.socket, count: int) -> None:
-    timeout = store.gettimeout()
+def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -> None:
     store_poll = select.poll()
-    store_poll.register(store.fileno(), select.POLLIN)
+    store_poll.register(store_fd, select.POLLIN)
     read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         with contextlib.suppress(OSError):
@@ -95,7 +99,7 @@ def _splice(sender: _Sender, store: socket.socket, count: int) -> None:
         left = count
         while left:
             try:
-                n = os.splice(store.fileno(), write_end, left, flags=_SPLICE)
+                n = os.splice(store_fd, write_end, left, flags=_SPLICE)
             except BlockingIOError:
                 if not store_poll.poll(None if timeout is None else timeout * 1000):
                     raise StoreCut("the store stopped sending the body") from None

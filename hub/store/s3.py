@@ -18,6 +18,7 @@ from __future__ import annotations
 import calendar
 import io
 import logging
+import os
 import re
 import socket
 import ssl
@@ -471,10 +472,11 @@ class S3Object:
             finally:
                 self._drop_body(complete)
 
-    def socket_body(self, offset: int, count: int) -> tuple[bytes, socket.socket] | None:
+    def socket_body(self, offset: int, count: int) -> tuple[bytes, int, float | None] | None:
         """The socket of the GET of ``[offset, offset + count)`` (the span announced),
-        for the caller to move the body off it (a splice), with the bytes of it already
-        read off the socket; None where it cannot be (TLS, a chunked answer).
+        for the caller to move the body off it (a splice): the bytes of it already read
+        off the socket, a duplicate of its descriptor (the caller's to close), its read
+        timeout; None where it cannot be (TLS, a chunked answer).
 
         The body is then the caller's. Its connection is closed after, unless the
         caller moved it all (:meth:`moved`): then it goes back to the pool.
@@ -503,7 +505,7 @@ class S3Object:
                     f"object store cut the body of {self.info.path!r}: {type(exc).__name__}"
                 ) from None
             self._body_at = offset + count
-            return ahead, sock
+            return ahead, os.dup(sock.fileno()), sock.gettimeout()
 
     def moved(self) -> None:
         with self._lock:

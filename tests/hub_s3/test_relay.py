@@ -52,11 +52,11 @@ class FakeBody:
             raise ConnectionResetError("the store cut its body")
         view[:] = DATA[offset:offset + len(view)]
 
-    def socket_body(self, offset: int, count: int) -> tuple[bytes, socket.socket] | None:
+    def socket_body(self, offset: int, count: int) -> tuple[bytes, int, float | None] | None:
         if not self.splice:
             return None
         hub_end, store_end = socket.socketpair()
-        hub_end.settimeout(30)
+        hub_end.setblocking(False)
         stop = offset + count if self.fail_at is None else self.fail_at
         ahead = DATA[offset:offset + 1000]  # what reading the headers took in
 
@@ -67,7 +67,7 @@ class FakeBody:
         self._writer = threading.Thread(target=send, daemon=True)
         self._writer.start()
         self.hub_end = hub_end
-        return ahead, hub_end
+        return ahead, os.dup(hub_end.fileno()), 30.0
 
     def moved(self) -> None:
         self.moved_called = True
