@@ -55,8 +55,12 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
     loop = asyncio.get_running_loop()
     quick = getattr(backend, "opens_quickly", False)
+    # A store's opens wait on its answers: in threads of its own, as many as it has
+    # connections (the default executor's few would cap the reads in flight).
+    executor = getattr(backend, "executor", None)
     obj = backend.open(path) if quick else await loop.run_in_executor(
-        None, _open, backend, path, request.headers.get("If-Match"), request.headers.get("Range")
+        executor, _open, backend, path, request.headers.get("If-Match"),
+        request.headers.get("Range"),
     )
     try:
         info = obj.info

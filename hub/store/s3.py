@@ -26,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
 from typing import Any
 
@@ -60,6 +61,10 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 # Keys per ListObjectsV2 page (the most S3 returns).
 LIST_PAGE_KEYS = 1000
+# Connections to the store kept open, and threads that wait on its answers: as many
+# reads in flight as connections (an executor of the CPU count's size would cap the
+# reads in flight far lower, each waiting on the store's first byte).
+STORE_CONNECTIONS = 64
 # A presigned GET URL is signed for this long and reused for a fraction of it, so
 # it is never sent close to its expiry (or long after the credentials it embeds).
 PRESIGNED_EXPIRES_S = 900
@@ -102,7 +107,7 @@ def _config(timeout_s: float, path_style: bool) -> Config:
         # stores (rclone) send the whole object's checksum on a ranged answer.
         response_checksum_validation="when_required",
         request_checksum_calculation="when_required",
-        max_pool_connections=64,
+        max_pool_connections=STORE_CONNECTIONS,
         # Presigned URLs (open_for_request's GET) are SigV4 like every other request.
         signature_version="s3v4",
         s3={"addressing_style": "path"} if path_style else None,
@@ -178,6 +183,14 @@ class S3Backend:
         # key -> (its presigned GET URL, when it was signed), least recently used first.
         self._presigned: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._presigned_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The threads the hub opens this store's objects in (one GET's wait each)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(STORE_CONNECTIONS, thread_name_prefix="hub-store")
+        return self._executor
 
     @property
     def scope(self) -> str:

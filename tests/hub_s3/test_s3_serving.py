@@ -3,6 +3,7 @@ the same bytes, ranges, manifests and listings, to a client and through a spoke.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -246,3 +247,21 @@ async def test_ranges_moved_off_the_stores_socket_leave_its_connection_reusable(
         assert (status, body) == (206, data[start:start + (2 << 20)]), start
     # One after the other, every GET came on the connection the one before gave back.
     assert len(proxy.faults.peers) == 1
+
+
+async def test_reads_in_flight_are_not_capped_by_the_cpu_count(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    data = bucket.contents["ds/big.bin"]
+    _, headers, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", method="HEAD")
+    fills = 16  # more than a default executor's threads on a small machine
+    proxy.faults.gather = fills  # the store answers none until all have asked
+
+    async def fill(i: int) -> tuple[int, bytes]:
+        status, _, body = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+            "Range": f"bytes={i * CHUNK}-{(i + 1) * CHUNK - 1}", "If-Match": headers["ETag"]})
+        return status, body
+
+    answers = await asyncio.gather(*(fill(i) for i in range(fills)))
+    assert answers == [(206, data[i * CHUNK:(i + 1) * CHUNK]) for i in range(fills)]
+    assert proxy.faults.most_held == fills
