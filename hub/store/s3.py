@@ -11,6 +11,12 @@ answer's own ETag and Content-Range are checked too, since some stores (rclone's
 ``If-Match``. An object the store gives no strong ETag is not served: without one no read
 can be pinned to a version. Bytes of a GET are counted against its Content-Length: a
 short or cut body fails the read, it never yields fewer bytes than asked.
+
+A spoke's chunk fill (one range, ``If-Match``) is the hot path: it goes as a presigned
+GET through botocore's own connection pool, without botocore's per-request machinery,
+and falls back to the client's ``get_object`` (its retries, its errors) on any answer
+but the range. Its body is read with ``readinto`` or handed to :mod:`hub.relay` to
+splice off the socket.
 """
 
 from __future__ import annotations
