@@ -16,6 +16,7 @@ from aiohttp import web
 
 from hub.backend import Backend, ObjectInfo, OpenObject
 from hub.manifests import ManifestCache
+from hub.relay import StoreBody, relay_blocking
 from hub.stats import HubStats
 from protocol.manifest import encode_manifest
 from protocol.multipart import boundary_avoiding, boundary_occurs, new_boundary
@@ -54,8 +55,12 @@ async def get_object(request: web.Request) -> web.StreamResponse:
     backend = request.app[BACKEND]
     loop = asyncio.get_running_loop()
     quick = getattr(backend, "opens_quickly", False)
+    # A store's opens wait on its answers: in threads of its own, as many as it has
+    # connections (the default executor's few would cap the reads in flight).
+    executor = getattr(backend, "executor", None)
     obj = backend.open(path) if quick else await loop.run_in_executor(
-        None, _open, backend, path, request.headers.get("If-Match"), request.headers.get("Range")
+        executor, _open, backend, path, request.headers.get("If-Match"),
+        request.headers.get("Range"),
     )
     try:
         info = obj.info
@@ -136,10 +141,14 @@ async def _sendfile_range(
     request: web.Request, obj: OpenObject, r: ByteRange, response: web.StreamResponse,
     stats: HubStats,
 ) -> bool:
-    """Send ``r`` with ``os.sendfile``; False (nothing sent) when this response cannot."""
+    """Send ``r`` from a thread straight to the socket; False (nothing sent) when this
+    response cannot: ``os.sendfile`` from a file, a relay from an object store's GET
+    (:func:`relay_blocking`), one thread hop per range either way."""
     fileno = getattr(obj, "fileno", None)
+    store_body = obj if isinstance(obj, StoreBody) else None  # an object store's GET
     transport = request.transport
-    if fileno is None or transport is None or r.length < SENDFILE_MIN_BYTES:
+    if (fileno is None and store_body is None) or transport is None \
+            or r.length < SENDFILE_MIN_BYTES:
         return False
     sock = transport.get_extra_info("socket")
     if sock is None or transport.get_extra_info("sslcontext") is not None:
@@ -155,9 +164,18 @@ async def _sendfile_range(
     stop = threading.Event()
     try:
         loop = asyncio.get_running_loop()
-        sent = await loop.run_in_executor(
-            sendfile_pool(), sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
-        )
+        if fileno is not None:
+            sent = await loop.run_in_executor(
+                sendfile_pool(), sendfile_blocking, sock_fd, fileno(), r.start, r.length, stop
+            )
+        else:
+            assert store_body is not None  # one of the two, checked above
+            will_read = getattr(obj, "will_read", None)
+            if will_read is not None:
+                will_read(r.start, r.stop)  # a store object reads the range with one GET
+            sent = await loop.run_in_executor(
+                sendfile_pool(), relay_blocking, sock_fd, store_body, r.start, r.length, stop
+            )
     finally:
         stop.set()  # the thread may still run if we were cancelled: make it stop
     stats.bytes_sent += sent

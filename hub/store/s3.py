@@ -11,18 +11,33 @@ answer's own ETag and Content-Range are checked too, since some stores (rclone's
 ``If-Match``. An object the store gives no strong ETag is not served: without one no read
 can be pinned to a version. Bytes of a GET are counted against its Content-Length: a
 short or cut body fails the read, it never yields fewer bytes than asked.
+
+A spoke's chunk fill (one range, ``If-Match``) is the hot path: it goes as a presigned
+GET through botocore's own connection pool, without botocore's per-request machinery,
+and falls back to the client's ``get_object`` (its retries, its errors) on any answer
+but the range. Its body is read with ``readinto`` or handed to :mod:`hub.relay` to
+splice off the socket.
 """
 
 from __future__ import annotations
 
 import calendar
+import io
 import logging
+import os
 import re
+import socket
+import ssl
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPException
 from typing import Any
 
 import botocore.session
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -34,6 +49,7 @@ from botocore.exceptions import (
 from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
+from botocore.utils import parse_timestamp
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from hub.backend import NoSuchObject, ObjectInfo
@@ -51,6 +67,16 @@ logger = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 # Keys per ListObjectsV2 page (the most S3 returns).
 LIST_PAGE_KEYS = 1000
+# Connections to the store kept open, and threads that wait on its answers: as many
+# reads in flight as connections (an executor of the CPU count's size would cap the
+# reads in flight far lower, each waiting on the store's first byte).
+STORE_CONNECTIONS = 64
+# A presigned GET URL is signed for this long and reused for a fraction of it, so
+# it is never sent close to its expiry (or long after the credentials it embeds).
+PRESIGNED_EXPIRES_S = 900
+PRESIGNED_REUSE_S = 60.0
+# Keys whose presigned URL is kept.
+PRESIGNED_KEYS = 4096
 # How long a client told "store unavailable" should wait before it asks again.
 RETRY_AFTER_S = 2.0
 
@@ -87,7 +113,9 @@ def _config(timeout_s: float, path_style: bool) -> Config:
         # stores (rclone) send the whole object's checksum on a ranged answer.
         response_checksum_validation="when_required",
         request_checksum_calculation="when_required",
-        max_pool_connections=64,
+        max_pool_connections=STORE_CONNECTIONS,
+        # Presigned URLs (open_for_request's GET) are SigV4 like every other request.
+        signature_version="s3v4",
         s3={"addressing_style": "path"} if path_style else None,
     )
 
@@ -113,6 +141,13 @@ def make_client(endpoint: str | None, env: Mapping[str, str], timeout_s: float) 
         "s3", endpoint_url=endpoint, region_name=region or session.get_config_variable("region")
         or "us-east-1", config=_config(timeout_s, endpoint is not None), **keys,
     )
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return -1
 
 
 def _status(exc: ClientError) -> int:
@@ -151,6 +186,17 @@ class S3Backend:
         self.client = client
         self.root = root
         self.endpoint = str(client.meta.endpoint_url)
+        # key -> (its presigned GET URL, when it was signed), least recently used first.
+        self._presigned: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._presigned_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The threads the hub opens this store's objects in (one GET's wait each)."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(STORE_CONNECTIONS, thread_name_prefix="hub-store")
+        return self._executor
 
     @property
     def scope(self) -> str:
@@ -226,27 +272,84 @@ class S3Backend:
         if etag is None or match is None or int(match[1]) > int(match[2]):
             return self.open(path)
         start = int(match[1])
-        args: dict[str, Any] = {"Bucket": self.root.bucket, "Key": self._key(path),
-                                "Range": range_value, "IfMatch": etag}
-        try:
-            answer = self.client.get_object(**args)
-        except ClientError:
-            return self.open(path)
-        except BotoCoreError as exc:
-            raise _unavailable(exc, path) from None
-        body = answer["Body"]
-        got = parse_content_range(str(answer.get("ContentRange", "")))
-        answer_etag = _strong_etag(answer.get("ETag"))
-        if (got is None or got.range is None or got.size is None or got.range.start != start
-                or answer_etag is None or int(answer.get("ContentLength", -1)) != got.range.length):
+        fast = self._presigned_get(path, range_value or "", etag)
+        if fast is not None:
+            status, headers, body = fast
+        else:
+            args: dict[str, Any] = {"Bucket": self.root.bucket, "Key": self._key(path),
+                                    "Range": range_value, "IfMatch": etag}
+            try:
+                answer = self.client.get_object(**args)
+            except ClientError:
+                return self.open(path)
+            except BotoCoreError as exc:
+                raise _unavailable(exc, path) from None
+            status, body = 206, answer["Body"]
+            headers = {"Content-Range": answer.get("ContentRange", ""),
+                       "ETag": answer.get("ETag"),
+                       "Content-Length": answer.get("ContentLength", -1),
+                       "x-amz-version-id": answer.get("VersionId"),
+                       "Last-Modified": answer.get("LastModified")}
+        got = parse_content_range(str(headers.get("Content-Range", "")))
+        answer_etag = _strong_etag(headers.get("ETag"))
+        if (status not in (200, 206) or got is None or got.range is None or got.size is None
+                or got.range.start != start or answer_etag is None
+                or _int(headers.get("Content-Length")) != got.range.length):
             body.close()
             return self.open(path)
-        version = answer.get("VersionId")
-        info = ObjectInfo(path, got.size, answer_etag, _mtime_ns(answer))
+        version = headers.get("x-amz-version-id")
+        modified = headers.get("Last-Modified")
+        if isinstance(modified, str):
+            modified = parse_timestamp(modified)
+        info = ObjectInfo(path, got.size, answer_etag, _mtime_ns({"LastModified": modified}))
         obj = S3Object(self, info, version if isinstance(version, str) and version != "null"
                        else None)
         obj.adopt(body, start, got.range.stop)
         return obj
+
+    def _presigned_get(
+        self, path: str, range_value: str, etag: str
+    ) -> tuple[int, Mapping[str, Any], Any] | None:
+        """A GET of ``path`` by a presigned URL, sent through botocore's own connection
+        pool: its status, headers and streaming body; None if it could not be sent.
+
+        botocore's request machinery (events, signing, parsing) costs the hub as much
+        CPU as the bytes' copies do; a URL signed once per key and reused for a while
+        skips it. Only ``host`` is signed in it, so ``Range`` and ``If-Match`` travel
+        as plain headers. Whatever this answer lacks (an error, a throttle, an expired
+        credential), the caller goes botocore's way, with its retries.
+        """
+        session = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
+        if session is None:
+            return None
+        key = self._key(path)
+        now = time.monotonic()
+        with self._presigned_lock:
+            cached = self._presigned.get(key)
+            if cached is not None and now - cached[1] < PRESIGNED_REUSE_S:
+                self._presigned.move_to_end(key)
+                url = cached[0]
+            else:
+                url = ""
+        try:
+            if not url:
+                url = self.client.generate_presigned_url(
+                    "get_object", Params={"Bucket": self.root.bucket, "Key": key},
+                    ExpiresIn=PRESIGNED_EXPIRES_S)
+                with self._presigned_lock:
+                    self._presigned[key] = (url, now)
+                    self._presigned.move_to_end(key)
+                    while len(self._presigned) > PRESIGNED_KEYS:
+                        self._presigned.popitem(last=False)
+            request = AWSRequest(method="GET", url=url, stream_output=True,
+                                 headers={"Range": range_value, "If-Match": etag})
+            response = session.send(request.prepare())
+        except (BotoCoreError, Urllib3Error, OSError, ValueError):
+            return None
+        if response.status_code not in (200, 206):
+            response.raw.close()
+            return None
+        return response.status_code, response.headers, response.raw
 
     def still_current(self, info: ObjectInfo) -> bool:
         try:
@@ -353,6 +456,21 @@ class S3Object:
         length = max(0, min(length, self.info.size - offset))
         if length == 0:
             return b""
+        buffer = bytearray(length)
+        self.readinto(offset, memoryview(buffer))
+        return bytes(buffer)
+
+    def readinto(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` with the bytes from ``offset``, all of them or an error.
+
+        The copy the hub sends from: the store's socket is read straight into it
+        (no bytes object per block), and a block cut short fails, never pads.
+        """
+        length = len(view)
+        if length == 0:
+            return
+        if offset + length > self.info.size:
+            raise ValueError(f"read past the end of {self.info.path!r}")
         with self._lock:
             span = self._span
             if span is not None and span[0] <= offset and offset + length <= span[1]:
@@ -360,17 +478,66 @@ class S3Object:
                     self._drop_body()
                     self._body = self._get(offset, span[1] - offset)
                     self._body_at = offset
-                data = self._read_body(length)
+                self._fill(view)
                 self._body_at += length
                 if self._body_at >= span[1]:
-                    self._drop_body()
-                return data
-            body = self._get(offset, length)
+                    self._drop_body(complete=True)
+                return
+            self._body = self._get(offset, length)
+            complete = False
             try:
-                self._body = body
-                return self._read_body(length)
+                self._fill(view)
+                complete = True
             finally:
+                self._drop_body(complete)
+
+    def socket_body(self, offset: int, count: int) -> tuple[bytes, int, float | None] | None:
+        """The socket of the GET of ``[offset, offset + count)`` (the span announced),
+        for the caller to move the body off it (a splice): the bytes of it already read
+        off the socket, a duplicate of its descriptor (the caller's to close), its read
+        timeout; None where it cannot be (TLS, a chunked answer).
+
+        The body is then the caller's. Its connection is closed after, unless the
+        caller moved it all (:meth:`moved`): then it goes back to the pool.
+        """
+        with self._lock:
+            if self._span != (offset, offset + count):
+                return None
+            if self._body is None or self._body_at != offset:
                 self._drop_body()
+                self._body = self._get(offset, count)
+                self._body_at = offset
+            raw = getattr(self._body, "_raw_stream", self._body)
+            source = getattr(raw, "_fp", None)
+            buffered = getattr(source, "fp", None)
+            sock = getattr(getattr(raw, "connection", None), "sock", None)
+            if (not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket)
+                    or getattr(source, "chunked", True) or not isinstance(
+                        buffered, io.BufferedReader)):
+                return None
+            try:
+                ahead = buffered.peek(1)[:count]  # what reading the headers took in
+                buffered.read(len(ahead))
+            except (OSError, ValueError) as exc:
+                self._drop_body()
+                raise StoreUnavailable(
+                    f"object store cut the body of {self.info.path!r}: {type(exc).__name__}"
+                ) from None
+            self._body_at = offset + count
+            return ahead, os.dup(sock.fileno()), sock.gettimeout()
+
+    def moved(self) -> None:
+        with self._lock:
+            raw = getattr(self._body, "_raw_stream", self._body)
+            source = getattr(raw, "_fp", None)
+            if source is None:
+                return
+            # http.client counts the body it reads; it read none of the moved one. Its
+            # count is set to what is left (nothing), and the read of that ends it as
+            # its own read of the last byte would have: the connection is reusable.
+            source.length = 0
+            source.read()
+            self._drop_body(complete=True)
 
     def _get(self, offset: int, length: int) -> Any:
         backend, info = self._backend, self.info
@@ -400,18 +567,26 @@ class S3Object:
                                f"for {info.path!r}")
         return body
 
-    def _read_body(self, length: int) -> bytes:
-        """Exactly ``length`` bytes of the open GET, or an error (a short body, a reset)."""
-        parts: list[bytes] = []
+    def _fill(self, view: memoryview) -> None:
+        """All of ``view`` from the open GET, or an error (a short body, a reset)."""
+        length = len(view)
         got = 0
+        raw = getattr(self._body, "_raw_stream", self._body)
+        # urllib3's own readinto reads a bytes object and copies it; http.client's
+        # reads the socket into the buffer given, and still counts the body's length.
+        source = getattr(raw, "_fp", None)
         try:
             while got < length:
-                part = self._body.read(length - got)
-                if not part:
+                if source is not None:
+                    n = source.readinto(view[got:])
+                else:
+                    part = self._body.read(length - got)
+                    n = len(part)
+                    view[got:got + n] = part
+                if not n:
                     break
-                parts.append(part)
-                got += len(part)
-        except (BotoCoreError, Urllib3Error, OSError, ValueError) as exc:
+                got += n
+        except (BotoCoreError, Urllib3Error, HTTPException, OSError, ValueError) as exc:
             self._drop_body()
             raise StoreUnavailable(
                 f"object store cut the body of {self.info.path!r}: {type(exc).__name__}"
@@ -419,12 +594,19 @@ class S3Object:
         if got != length:
             self._drop_body()
             raise StoreUnavailable(f"object store sent a short body for {self.info.path!r}")
-        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _drop_body(self) -> None:
+    def _drop_body(self, complete: bool = False) -> None:
+        """Close the open GET; ``complete``: it was read to its end, without error."""
         body, self._body = self._body, None
-        if body is not None:
-            body.close()
+        if body is None:
+            return
+        raw = getattr(body, "_raw_stream", body)
+        source = getattr(raw, "_fp", None)
+        if complete and source is not None and source.isclosed():
+            # Read to its end through http.client: the connection goes back to the
+            # pool, as urllib3 would have done had it read the end itself.
+            raw.release_conn()
+        body.close()
 
     def close(self) -> None:
         with self._lock:

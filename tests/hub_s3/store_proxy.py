@@ -10,6 +10,7 @@ GET reaches the store: faults of the store, not of our servers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from service.runner import start_site
 
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message></Error>")
+# The longest a gathered GET is held.
+GATHER_S = 30.0
 _HOP = {"transfer-encoding", "connection", "keep-alive", "content-length"}
 
 
@@ -35,7 +38,15 @@ class Faults:
     heads: Counter[str] = field(default_factory=Counter)
     # Each object GET's If-Match and versionId, as the store received them.
     pins: list[tuple[str | None, str | None]] = field(default_factory=list)
+    presigned: int = 0  # object GETs signed in their URL (a presigned URL), not a header
+    # The client ends of the connections object requests came on.
+    peers: set[object] = field(default_factory=set)
     requests: int = 0
+    # Hold object GETs until this many are held at once (or a while has passed), and
+    # record the most that were: how many reads the hub has in flight.
+    gather: int = 0
+    held: int = 0
+    most_held: int = 0
 
 
 class StoreProxy:
@@ -45,6 +56,7 @@ class StoreProxy:
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._gathered = asyncio.Event()
 
     async def start(self) -> StoreProxy:
         self._session = aiohttp.ClientSession(auto_decompress=False)
@@ -62,6 +74,17 @@ class StoreProxy:
         if session is not None:
             await session.close()
 
+    async def _gather(self) -> None:
+        faults = self.faults
+        faults.held += 1
+        faults.most_held = max(faults.most_held, faults.held)
+        if faults.held >= faults.gather:
+            self._gathered.set()
+        with contextlib.suppress(TimeoutError):
+            # Bounded: a hub that never has that many in flight fails its test, not hangs.
+            await asyncio.wait_for(self._gathered.wait(), GATHER_S)
+        faults.held -= 1
+
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         faults = self.faults
         faults.requests += 1
@@ -70,11 +93,16 @@ class StoreProxy:
         if faults.slow_down > 0:
             faults.slow_down -= 1
             return web.Response(status=503, body=SLOW_DOWN, content_type="application/xml")
+        if is_object and request.transport is not None:
+            faults.peers.add(request.transport.get_extra_info("peername"))
         if is_object and request.method == "GET":
             faults.gets[request.path] += 1
             faults.pins.append((request.headers.get("If-Match"), request.query.get("versionId")))
+            faults.presigned += "X-Amz-Signature" in request.query
             if faults.hold_s:
                 await asyncio.sleep(faults.hold_s)  # a slow store, not a wait in a test
+            if faults.gather:
+                await self._gather()
             hook, faults.before_get = faults.before_get, None
             if hook is not None:
                 await hook()

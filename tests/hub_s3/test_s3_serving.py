@@ -3,6 +3,7 @@ the same bytes, ranges, manifests and listings, to a client and through a spoke.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from pathlib import Path
@@ -200,3 +201,67 @@ async def test_a_spokes_chunk_fill_is_one_store_request_and_a_stale_one_is_412(
     status, _, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
         "Range": f"bytes={len(data) + 5}-{len(data) + 9}", "If-Match": head["ETag"]})
     assert status == 416
+
+
+async def test_a_spokes_chunk_fill_is_one_presigned_get_of_the_version_it_names(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    data = bucket.contents["ds/big.bin"]
+    key = "/data/team/corpus/ds/big.bin"
+    _, headers, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", method="HEAD")
+    heads = proxy.faults.heads[key]
+    for start in (0, CHUNK, 3 * CHUNK + 5):
+        stop = min(start + CHUNK, len(data))
+        status, _, body = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+            "Range": f"bytes={start}-{stop - 1}", "If-Match": headers["ETag"]})
+        assert (status, body) == (206, data[start:stop]), start
+    # No HEAD: each GET gave the version, the size and the bytes; the URL signed once
+    # serves every chunk, and each GET still names the version it must be.
+    assert proxy.faults.heads[key] == heads and proxy.faults.gets[key] == 3
+    assert proxy.faults.presigned == 3
+    assert all(if_match == headers["ETag"] for if_match, _ in proxy.faults.pins)
+
+
+async def test_a_chunk_fill_the_store_refuses_goes_botocores_way_and_is_retried(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    data = bucket.contents["ds/big.bin"]
+    _, headers, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", method="HEAD")
+    proxy.faults.slow_down = 2  # the presigned GET, then botocore's first attempt
+    status, _, body = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+        "Range": f"bytes={CHUNK}-{2 * CHUNK - 1}", "If-Match": headers["ETag"]})
+    assert (status, body) == (206, data[CHUNK:2 * CHUNK])
+    assert proxy.faults.slow_down == 0
+
+
+async def test_ranges_moved_off_the_stores_socket_leave_its_connection_reusable(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    data = bytes(range(256)) * (8 << 12)  # 8 MiB: sent from the store's socket by splice
+    bucket.write("ds/large.bin", data)
+    _, headers, _ = await fetch(http, f"{s3_hub.url}/objects/ds/large.bin", method="HEAD")
+    proxy.faults.peers.clear()
+    for start in (0, 3 << 20, 5 << 20):
+        status, _, body = await fetch(http, f"{s3_hub.url}/objects/ds/large.bin", {
+            "Range": f"bytes={start}-{start + (2 << 20) - 1}", "If-Match": headers["ETag"]})
+        assert (status, body) == (206, data[start:start + (2 << 20)]), start
+    # One after the other, every GET came on the connection the one before gave back.
+    assert len(proxy.faults.peers) == 1
+
+
+async def test_reads_in_flight_are_not_capped_by_the_cpu_count(
+    s3_hub: RunningServer, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy
+) -> None:
+    data = bucket.contents["ds/big.bin"]
+    _, headers, _ = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", method="HEAD")
+    fills = 16  # more than a default executor's threads on a small machine
+    proxy.faults.gather = fills  # the store answers none until all have asked
+
+    async def fill(i: int) -> tuple[int, bytes]:
+        status, _, body = await fetch(http, f"{s3_hub.url}/objects/ds/big.bin", {
+            "Range": f"bytes={i * CHUNK}-{(i + 1) * CHUNK - 1}", "If-Match": headers["ETag"]})
+        return status, body
+
+    answers = await asyncio.gather(*(fill(i) for i in range(fills)))
+    assert answers == [(206, data[i * CHUNK:(i + 1) * CHUNK]) for i in range(fills)]
+    assert proxy.faults.most_held == fills

@@ -1,0 +1,157 @@
+"""Send a range of an object store's answer to a client from one thread.
+
+The hub's reads of a store are GETs it must pass on whole: from the thread that sends
+them, the bytes go from the store's socket to the client's with ``splice`` (through a
+pipe, inside the kernel: no copy through Python, no buffer), or, where the GET's socket
+cannot be spliced (TLS), through one reused buffer (``readinto``). Either way one
+thread hop per range, not two per block.
+
+Every byte sent is one the store gave for the version the GET was pinned to (its ETag
+and Content-Range were checked when it was answered). A body the store cuts short cuts
+the answer (:class:`StoreCut`): fewer bytes, never other ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+# The relay's buffer, when it cannot splice: a few socket buffers' worth, so each read
+# from the store and send to the client moves much at once.
+RELAY_BLOCK_BYTES = 1 << 20
+# The pipe between the two sockets holds this much (Linux's default is 64 KiB; larger
+# is fewer system calls per range, and an unprivileged process may ask for 1 MiB).
+PIPE_BYTES = 1 << 20
+# A client that makes no progress for this long is abandoned (it stalled).
+STALL_S = 60.0
+_F_SETPIPE_SZ = 1031
+_SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+
+
+class StoreCut(Exception):
+    """The store's body ended or failed before the range did: the answer is cut."""
+
+
+@runtime_checkable
+class StoreBody(Protocol):
+    def readinto(self, offset: int, view: memoryview) -> None:
+        """Fill ``view`` from ``offset``, all of it or an error."""
+        ...
+
+    def socket_body(self, offset: int, count: int) -> tuple[bytes, int, float | None] | None:
+        """For a splice: the ``count`` bytes from ``offset`` are the rest of the GET on
+        the returned socket, after the bytes already read off it (returned first); with
+        the store's read timeout. The descriptor is a duplicate the caller closes: the
+        GET may be closed meanwhile (a client gone) without its number being reused
+        under the splice."""
+        ...
+
+    def moved(self) -> None:
+        """The body :meth:`socket_body` gave was moved off its socket, all of it."""
+        ...
+
+
+def relay_blocking(
+    sock_fd: int, body: StoreBody, offset: int, count: int, stop: threading.Event
+) -> int:
+    """Send ``count`` bytes of ``body`` from ``offset`` to ``sock_fd``; returns how many.
+
+    Owns (and closes) ``sock_fd``, a duplicate of the client's non-blocking socket: waits
+    for room in it with poll, so a slow client holds this thread, not the event loop.
+    """
+    sender = _Sender(sock_fd, stop)
+    try:
+        taken = body.socket_body(offset, count)
+        if taken is not None:
+            buffered, store_fd, timeout = taken
+            try:
+                sender.write(memoryview(buffered))
+                _splice(sender, store_fd, timeout, count - len(buffered))
+            finally:
+                os.close(store_fd)
+            body.moved()
+            return sender.sent
+        buffer = memoryview(bytearray(min(RELAY_BLOCK_BYTES, count)))
+        while sender.sent < count:
+            block = buffer[:min(len(buffer), count - sender.sent)]
+            body.readinto(offset + sender.sent, block)
+            sender.write(block)  # all of it: the buffer is then free for the next block
+        return sender.sent
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(sock_fd)
+
+
+def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -> None:
+    store_poll = select.poll()
+    store_poll.register(store_fd, select.POLLIN)
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
+        left = count
+        while left:
+            try:
+                n = os.splice(store_fd, write_end, left, flags=_SPLICE)
+            except BlockingIOError:
+                if not store_poll.poll(None if timeout is None else timeout * 1000):
+                    raise StoreCut("the store stopped sending the body") from None
+                continue
+            except OSError as exc:
+                raise StoreCut(f"the store cut the body: {exc}") from None
+            if n == 0:
+                raise StoreCut(f"the store's body ended {left} bytes short")
+            left -= n
+            sender.splice_from(read_end, n)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+class _Sender:
+    """Writes to the client's non-blocking socket, waiting (bounded) for room in it."""
+
+    def __init__(self, sock_fd: int, stop: threading.Event) -> None:
+        self.sock_fd = sock_fd
+        self.stop = stop
+        self.sent = 0
+        self.poller = select.poll()
+        self.poller.register(sock_fd, select.POLLOUT)
+
+    def write(self, block: memoryview) -> None:
+        done = 0
+        while done < len(block):
+            done += self._move(functools.partial(os.write, self.sock_fd, block[done:]))
+
+    def splice_from(self, pipe_fd: int, count: int) -> None:
+        """Move ``count`` bytes waiting in ``pipe_fd`` to the client."""
+        done = 0
+        while done < count:
+            done += self._move(
+                functools.partial(os.splice, pipe_fd, self.sock_fd, count - done, flags=_SPLICE))
+
+    def _move(self, attempt: Callable[[], int]) -> int:
+        """Bytes one ``attempt`` moved, once the socket has room for any."""
+        progress_at = time.monotonic()
+        while True:
+            if self.stop.is_set():
+                raise ConnectionResetError("response abandoned")
+            try:
+                n = attempt()  # os.write on a socket is send
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                raise ConnectionResetError(f"client went away: {exc}") from None
+            if n:
+                self.sent += n
+                return n
+            if time.monotonic() - progress_at > STALL_S:
+                raise ConnectionResetError("client stopped reading")
+            self.poller.poll(250)
