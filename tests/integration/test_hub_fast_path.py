@@ -40,16 +40,30 @@ class FastHub:
 
     server: RunningServer
     answered: list[tuple[str, bool]] = field(default_factory=list)
+    asked: int = 0  # requests the fast handler was given; each is noted in ``answered``
+    noted: asyncio.Event = field(default_factory=asyncio.Event)
+
 
     @property
     def url(self) -> str:
         return self.server.url
 
-    def took(self) -> list[bool]:
-        """Whether the fast path answered each request since the last call."""
+    async def took(self) -> list[bool]:
+        """Whether the fast path answered each request since the last call. A reply that
+        sendfile sends from a thread can reach the client before its coroutine resumes
+        to note it, so wait (bounded) until every request asked has been noted."""
+        async with asyncio.timeout(10):
+            while len(self.answered) < self.asked:
+                self.noted.clear()
+                await self.noted.wait()
         taken = [t for _, t in self.answered]
         self.answered.clear()
+        self.asked = 0
         return taken
+
+    def note(self, target: str, took: bool) -> None:
+        self.answered.append((target, took))
+        self.noted.set()
 
 
 async def start_fast_hub(config: HubConfig) -> FastHub:
@@ -58,14 +72,15 @@ async def start_fast_hub(config: HubConfig) -> FastHub:
     hub = FastHub(RunningServer("", None, app))  # type: ignore[arg-type]
 
     def noting(head: RequestHead, conn: FastConnection) -> Reply | Awaitable[Reply | None] | None:
+        hub.asked += 1
         outcome = real(head, conn)
         if outcome is None or isinstance(outcome, Reply):
-            hub.answered.append((head.target, outcome is not None))
+            hub.note(head.target, outcome is not None)
             return outcome
 
         async def later(pending: Awaitable[Reply | None]) -> Reply | None:
             reply = await pending
-            hub.answered.append((head.target, reply is not None))
+            hub.note(head.target, reply is not None)
             return reply
 
         return later(outcome)
@@ -126,7 +141,7 @@ async def raw_head(url: str, data: bytes, method: str = "GET") -> tuple[list[str
 async def etag_of(http: aiohttp.ClientSession, hub: FastHub, path: str) -> str:
     async with http.head(f"{hub.url}/objects/{path}") as resp:
         etag = resp.headers["ETag"]
-    assert hub.took() == [True]
+    assert await hub.took() == [True]
     return etag
 
 
@@ -165,10 +180,10 @@ async def test_the_fast_path_answers_as_the_aiohttp_handler_does(
     extra = ["Connection: close"] if close else []
     for path, fields, method, expected in cases:
         fast = await raw_head(fast_hub.url, get(path, *fields, *extra, method=method), method)
-        assert fast_hub.took() == [True], (path, fields, method)
+        assert await fast_hub.took() == [True], (path, fields, method)
         slow = await raw_head(
             fast_hub.url, get(path, *fields, *extra, "X-Not-Plain: 1", method=method), method)
-        assert fast_hub.took() == [False]
+        assert await fast_hub.took() == [False]
         assert fast == slow, (path, fields, method)
         assert expected is None or fast[1] == expected
         assert ("Connection: close" in fast[0]) is close
@@ -198,7 +213,7 @@ async def test_what_the_fast_path_declines_aiohttp_answers_as_before(
         writer.close()
         assert answer.status == status, (data, answer.describe())
         # Declined, or handed to aiohttp before it was offered (a head outside the reader's subset).
-        assert fast_hub.took() in ([False], []), data
+        assert await fast_hub.took() in ([False], []), data
     assert etag
 
 
@@ -217,7 +232,7 @@ async def test_pipelined_reads_mixed_with_declined_ones_come_in_order(
     assert bodies == [data[a:b] for a, b in ranges]
     assert answers[5][0] == 200 and b'"status"' in answers[5][2]
     # aiohttp has the connection from /healthz on: the rest are its answers.
-    assert fast_hub.took() == [True] * 5 + [False]
+    assert await fast_hub.took() == [True] * 5 + [False]
 
 
 async def test_a_large_range_reaches_a_slow_reader_whole(
@@ -243,7 +258,7 @@ async def test_a_large_range_reaches_a_slow_reader_whole(
     assert bytes(received) == data[start:stop]
     assert (await read_response(reader))[::2] == (206, data[0:1])
     writer.close()
-    assert fast_hub.took() == [True, True]
+    assert await fast_hub.took() == [True, True]
 
 
 async def test_links_below_the_root_are_not_followed(
@@ -260,7 +275,7 @@ async def test_links_below_the_root_are_not_followed(
         assert answer.status == 404, answer.describe()
         assert answer.headers["content-type"].startswith("application/problem+json")
         assert contents["other/notes.csv"][:10] not in answer.body
-    assert fast_hub.took() == [False, False]
+    assert await fast_hub.took() == [False, False]
 
 
 @pytest.mark.parametrize("swap", ["directory", "file"])
@@ -286,7 +301,7 @@ async def test_a_file_read_before_is_not_served_once_a_link_takes_its_place(
     answer = await read_answer(reader)
     writer.close()
     assert answer.status == 404, answer.describe()
-    assert fast_hub.took() == [True, False]
+    assert await fast_hub.took() == [True, False]
 
 
 async def test_tokens_are_checked_on_the_fast_path(
@@ -318,7 +333,7 @@ async def test_tokens_are_checked_on_the_fast_path(
             assert answer.body == (data[:100] if status == 206 else data)
         else:
             assert data[:100] not in answer.body
-        assert hub.took() == ([True] if fast else [False])
+        assert await hub.took() == ([True] if fast else [False])
     async with http.get(f"{hub.url}/metrics") as resp:
         metrics = await resp.text()
     assert "hub_auth_unauthorized_total 3.0" in metrics
@@ -345,7 +360,7 @@ async def test_a_new_version_is_served_at_once_with_its_own_etag(
     writer.write(get("ds/small.bin", "Range: bytes=0-99", f"If-Match: {old_etag}"))
     assert (await read_answer(reader)).status == 412  # the old version is gone
     writer.close()
-    assert fast_hub.took() == [True, True, False]
+    assert await fast_hub.took() == [True, True, False]
 
 
 @pytest.mark.parametrize("size", [100, 700_000])
@@ -368,7 +383,7 @@ async def test_bytes_not_in_the_page_cache_are_read_in_a_thread_on_the_fast_path
     assert (await read_response(reader))[::2] == (206, contents[BIG][5:5 + size])
     assert (await read_response(reader))[::2] == (206, contents[BIG][5:15])
     writer.close()
-    assert fast_hub.took() == [True, True]
+    assert await fast_hub.took() == [True, True]
 
 
 async def test_a_client_at_its_in_flight_limit_gets_429_from_aiohttp(
@@ -391,7 +406,7 @@ async def test_a_client_at_its_in_flight_limit_gets_429_from_aiohttp(
     writer.close()
     assert await asyncio.wait_for(slow_reader.readexactly(len(data)), 30) == data
     slow_writer.close()
-    assert hub.took() == [False, True]  # the 429 was aiohttp's; the large read fast
+    assert await hub.took() == [False, True]  # the 429 was aiohttp's; the large read fast
 
 
 async def test_request_ids_access_log_and_counters_are_kept(
@@ -406,7 +421,7 @@ async def test_request_ids_access_log_and_counters_are_kept(
         return float(found[0][1]), float(found[1][1])
 
     before = await counters()
-    fast_hub.took()  # the /metrics request's (declined)
+    await fast_hub.took()  # the /metrics request's (declined)
     reader, writer = await connect(fast_hub.url)
     with caplog.at_level(logging.INFO, logger="hubspoke.access"):
         writer.write(get(BIG, "Range: bytes=0-9", "X-Request-Id: loader-7.a")
@@ -415,7 +430,7 @@ async def test_request_ids_access_log_and_counters_are_kept(
         _, fresh, _ = await read_response(reader)
     writer.close()
     after = await counters()
-    assert fast_hub.took() == [True, True]
+    assert await fast_hub.took() == [True, True]
     assert mine["x-request-id"] == "loader-7.a"
     assert re.fullmatch(r"[0-9a-f]{16}", fresh["x-request-id"])
     ours = ("loader-7.a", fresh["x-request-id"])
