@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, TypeVar
 
@@ -67,7 +66,7 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         # key -> (clock until which it is held, its cost per hit), and their expiry order.
         self.reuse: UnforeseenReuse[K] = UnforeseenReuse()
         self._held: dict[K, tuple[int, float]] = {}
-        self._expiry: deque[tuple[int, K]] = deque()
+        self._expiry: list[tuple[int, int, K]] = []  # (until, tiebreak, key), a heap
         self._held_unplanned: set[K] = set()  # under Belady's rule only while held
 
     def __contains__(self, key: object) -> bool:
@@ -145,6 +144,7 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         kept unless needed later than it, and unplanned keys are kept while planned
         ones hold more than their share.
         """
+        self._release(self.reuse.clock + 1)  # as the read would: no hold outlives it
         if len(self.base) or not self._heap:
             return True
         distance = self._next_use(key)
@@ -216,21 +216,25 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         """Learn from a read of ``key`` and hold it for the re-reads the plan misses, if
         holding is worth its room; let go of the keys whose hold ran out."""
         reuse = self.reuse
+        self._release(reuse.clock + 1)  # the holds this read outlasts
         distance = self._next_use(key)
-        kind = reuse.read(key, distance, len(self._sizes))
-        window, cost = reuse.offer(kind, self._furthest_hint()) if self._holding() else (0, 0.0)
+        # Offered before the read is learnt from, as would_keep() saw it just before.
+        holding = self._holding()
+        window, cost = reuse.offer(self._kind(distance), self._furthest_hint()) if holding \
+            else (0, 0.0)
+        reuse.read(key, distance, len(self._sizes))
         if window:
             until = reuse.clock + window
             self._held[key] = (until, cost)
-            self._expiry.append((until, key))
+            self._counter += 1
+            heapq.heappush(self._expiry, (until, self._counter, key))
         else:
             self._held.pop(key, None)
-        self._release(reuse.clock)
 
     def _release(self, clock: int) -> None:
         expiry, held = self._expiry, self._held
         while expiry and expiry[0][0] <= clock:
-            until, key = expiry.popleft()
+            until, _, key = heapq.heappop(expiry)
             entry = held.get(key)
             if entry is None or entry[0] != until:
                 continue  # read again since: held longer
