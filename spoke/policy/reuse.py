@@ -105,8 +105,8 @@ class UnforeseenReuse(Generic[K]):
             for ages in self._ages:
                 ages[:] = [count / 2 for count in ages]
             self._lives = [lives / 2 for lives in self._lives]
-        # A window may hold at most half the entries: every read in it is held.
-        largest = max(1, span // 2)
+        # No longer than the ghost measures ages (about ``span`` reads).
+        largest = span
         for kind in (PLANNED, UNPLANNED):
             lives = self._lives[kind]
             windows: list[tuple[int, float, float]] = []
