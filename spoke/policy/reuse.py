@@ -35,7 +35,7 @@ __all__ = ["UnforeseenReuse"]
 
 K = TypeVar("K", bound=Hashable)
 
-PLANNED, UNPLANNED = 0, 1
+PLANNED, UNPLANNED, POOLED = 0, 1, 2
 _BUCKETS = 48  # ages up to 2**47 reads
 # Unforeseen re-reads a window needs before it is offered: fewer say nothing.
 _MIN_HITS = 8
@@ -55,7 +55,8 @@ class UnforeseenReuse(Generic[K]):
         self._ages = [[0.0] * _BUCKETS for _ in (PLANNED, UNPLANNED)]
         self._lives = [0.0, 0.0]
         # Per class, each window's (length, cost per hit, cost per hit of its last stretch).
-        self._windows: list[list[tuple[int, float, float]]] = [[], []]
+        # (and of both classes together, last).
+        self._windows: list[list[tuple[int, float, float]]] = [[], [], []]
         self._since_refresh = 0
         self._since_decay = 0
         self.unforeseen = 0  # unforeseen re-reads counted (for tests and /stats)
@@ -92,7 +93,9 @@ class UnforeseenReuse(Generic[K]):
         of ages that rarely comes back is not worth its room even after a good start);
         ``(0, inf)`` while none does."""
         best: tuple[int, float] = (0, math.inf)
-        for window, cost, marginal in self._windows[kind]:
+        # A class with too few re-reads of its own (the reads of a plan's last epoch,
+        # unplanned from then on) goes by both classes' together.
+        for window, cost, marginal in self._windows[kind] or self._windows[POOLED]:
             if cost <= against and marginal <= against:
                 best = (window, cost)
         return best
@@ -107,12 +110,14 @@ class UnforeseenReuse(Generic[K]):
             self._lives = [lives / 2 for lives in self._lives]
         # No longer than the ghost measures ages (about ``span`` reads).
         largest = span
-        for kind in (PLANNED, UNPLANNED):
-            lives = self._lives[kind]
+        pooled = [a + b for a, b in zip(*self._ages, strict=True)]
+        for kind, ages, lives in ((PLANNED, self._ages[PLANNED], self._lives[PLANNED]),
+                                  (UNPLANNED, self._ages[UNPLANNED], self._lives[UNPLANNED]),
+                                  (POOLED, pooled, sum(self._lives))):
             windows: list[tuple[int, float, float]] = []
             hits = 0.0
             previous = 0
-            for bucket, count in enumerate(self._ages[kind]):
+            for bucket, count in enumerate(ages):
                 window = 1 << bucket
                 if window > largest:
                     break
