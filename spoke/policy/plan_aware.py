@@ -149,7 +149,8 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             return True
         distance = self._next_use(key)
         if self._holding():
-            distance = min(distance, self.reuse.offer(self._kind(distance), self._furthest_hint())[1])
+            _, cost = self.reuse.offer(self._kind(distance), self._furthest_hint())
+            distance = min(distance, cost)
         if math.isinf(distance) and self._over_share():
             return True
         return distance <= -self._heap[0][0]

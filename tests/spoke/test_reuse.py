@@ -37,7 +37,7 @@ def test_a_retry_three_reads_later_is_worth_a_window_of_four() -> None:
 
 def test_unplanned_chunks_learn_their_own_window() -> None:
     reuse: UnforeseenReuse[int] = UnforeseenReuse()
-    for round_ in range(200):  # a set of 8 unplanned chunks read over and over
+    for _ in range(200):  # a set of 8 unplanned chunks read over and over
         for key in range(8):
             reuse.read(key, math.inf, entries=1_000)
     window, cost = reuse.offer(UNPLANNED, FAR)
