@@ -12,6 +12,15 @@ Belady's rule across all of them: ``next_use`` is the soonest use over every pla
 time scale (:class:`spoke.prefetch.plans.PlanBook`). A fair split of the cache between
 plans fell well short of that with three jobs and a small cache (docs/policies.md).
 
+A plan does not list every read: an evaluation pass, a retry, a sample read twice. A
+chunk so re-read soon after its read would be lost to Belady's rule on the plan alone
+(its planned use may be an epoch off). :class:`spoke.policy.reuse.UnforeseenReuse`
+learns from the reads how soon such re-reads come and what holding a chunk for them
+costs per hit, and each read chunk is *held* for that window, under Belady's rule at
+that cost, when it beats the planned chunks it would displace; when the hold runs out
+the chunk goes back to its planned distance, or to the base policy. Holds only compete
+with planned chunks: without a plan the base policy decides alone.
+
 Pure: the plan knowledge comes in as ``next_use(key)``, the distance in planned
 reads to the key's next use after the current read (``inf`` when no plan needs
 it any more). Stored

@@ -28,6 +28,7 @@ age, so the estimate follows a workload that changes.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -51,7 +52,7 @@ class UnforeseenReuse(Generic[K]):
         self.clock = 0  # reads seen
         self.floor = floor  # the ghost's least span, in chunks
         # key -> (clock at its last read, clock its plan said it comes back, class)
-        self._ghost: dict[K, tuple[int, float, int]] = {}
+        self._ghost: OrderedDict[K, tuple[int, float, int]] = OrderedDict()
         self._ages = [[0.0] * _BUCKETS for _ in (PLANNED, UNPLANNED)]
         self._lives = [0.0, 0.0]
         # Per class, each window's (length, cost per hit, cost per hit of its last stretch).
@@ -80,7 +81,7 @@ class UnforeseenReuse(Generic[K]):
         span = max(self.floor, entries)
         ghost = self._ghost
         while len(ghost) > span:
-            del ghost[next(iter(ghost))]  # the oldest read: dict order is read order
+            ghost.popitem(last=False)  # the oldest read: the order is read order
         self._since_refresh += 1
         if self._since_refresh >= _REFRESH:
             self._refresh(span)
