@@ -32,8 +32,9 @@ handed it by a closure::
 The ``+plan`` rows run the spoke's own plan engine: a :class:`PlanBook` with each job's plan
 (all its epochs at once, or one epoch ahead for ``c/epoch``), its cursor learnt from the
 replayed reads, :class:`PlanAwarePolicy` over the named policy (:class:`BookReplay`). On
-the noisy traces ``oracle+plan`` is the bound for any plan: the planned reads' true
-positions known. After the full table come each policy's share of OPT and the targets
+the noisy traces ``oracle+plan`` is the bound for any cursor: the planned reads' true
+positions known (not the off-plan reads: the policy learns those as with the engine).
+After the full table come each policy's share of OPT and the targets
 with their worst case.
 
 The table's hit ratios leave out a warm-up (the first epoch of the epoch traces); its

@@ -12,6 +12,15 @@ Belady's rule across all of them: ``next_use`` is the soonest use over every pla
 time scale (:class:`spoke.prefetch.plans.PlanBook`). A fair split of the cache between
 plans fell well short of that with three jobs and a small cache (docs/policies.md).
 
+A plan does not list every read: an evaluation pass, a retry, a sample read twice. A
+chunk so re-read soon after its read would be lost to Belady's rule on the plan alone
+(its planned use may be an epoch off). :class:`spoke.policy.reuse.UnforeseenReuse`
+learns from the reads how soon such re-reads come and what holding a chunk for them
+costs per hit, and each read chunk is *held* for that window, under Belady's rule at
+that cost, when it beats the planned chunks it would displace; when the hold runs out
+the chunk goes back to its planned distance, or to the base policy. Holds only compete
+with planned chunks: without a plan the base policy decides alone.
+
 Pure: the plan knowledge comes in as ``next_use(key)``, the distance in planned
 reads to the key's next use after the current read (``inf`` when no plan needs
 it any more). Stored
@@ -27,6 +36,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, TypeVar
 
 from spoke.policy.base import EvictionPolicy, check_size
+from spoke.policy.reuse import UnforeseenReuse
 
 __all__ = ["PlanAwarePolicy"]
 
@@ -61,6 +71,12 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         self._heap: list[tuple[float, int, K]] = []  # (-distance, tiebreak, key), lazy
         self._counter = 0
         self.refused = 0  # admissions declined because residents are needed sooner
+        # Re-reads no plan announced, learnt; the keys read lately that it says to hold:
+        # key -> (clock until which it is held, its cost per hit), and their expiry order.
+        self.reuse: UnforeseenReuse[K] = UnforeseenReuse()
+        self._held: dict[K, tuple[int, float]] = {}
+        self._expiry: list[tuple[int, int, K]] = []  # (until, tiebreak, key), a heap
+        self._held_unplanned: set[K] = set()  # under Belady's rule only while held
 
     def __contains__(self, key: object) -> bool:
         return key in self._sizes
@@ -73,6 +89,7 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         return self._bytes
 
     def admit(self, key: K) -> None:
+        self._read(key)
         self.base.admit(key)
 
     def evict(self, incoming: K | None = None) -> K | None:
@@ -93,23 +110,32 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         self.remove(key)
         self._sizes[key] = size
         self._bytes += size
-        distance = self._next_use(key)
+        distance = self._distance(key)
         if math.isinf(distance):
             self.base.insert(key, size)
         else:
             self._plan(key, size, distance)
 
     def touch(self, key: K) -> None:
+        if key not in self._sizes:
+            return
+        self._read(key)
         if key in self._planned:
-            self._push(key, self._next_use(key))  # its next use moved on
-        else:
+            self._push(key, self._distance(key))  # its next use moved on
+            return
+        distance = self._distance(key)
+        if math.isinf(distance):
             self.base.touch(key)
+        else:  # held for a re-read the plan does not foresee
+            self.base.remove(key)
+            self._plan(key, self._sizes[key], distance)
 
     def remove(self, key: K) -> None:
         old = self._sizes.pop(key, None)
         if old is None:
             return
         self._bytes -= old
+        self._held_unplanned.discard(key)
         size = self._planned.pop(key, None)
         if size is None:
             self.base.remove(key)
@@ -117,7 +143,7 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             self._planned_bytes -= size
 
     def keys(self) -> list[K]:
-        planned = sorted(self._planned, key=self._next_use, reverse=True)
+        planned = sorted(self._planned, key=self._distance, reverse=True)
         return self.base.keys() + planned
 
     def would_keep(self, key: K) -> bool:
@@ -127,9 +153,13 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         kept unless needed later than it, and unplanned keys are kept while planned
         ones hold more than their share.
         """
+        self._release(self.reuse.clock + 1)  # as the read would: no hold outlives it
         if len(self.base) or not self._heap:
             return True
         distance = self._next_use(key)
+        if self._holding():
+            _, cost = self.reuse.offer(self._kind(distance), self._furthest_hint())
+            distance = min(distance, cost)
         if math.isinf(distance) and self._over_share():
             return True
         return distance <= -self._heap[0][0]
@@ -146,7 +176,7 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             self._plan(victim, self._sizes[victim], distance)
 
     def _evict_planned(self, incoming: K | None) -> K | None:
-        incoming_distance = math.inf if incoming is None else self._next_use(incoming)
+        incoming_distance = math.inf if incoming is None else self._distance(incoming)
         victim, distance = self._furthest()
         if victim is None:
             return None
@@ -157,12 +187,15 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             self.refused += 1
             return None
         self._planned_bytes -= self._planned.pop(victim)
+        self._held_unplanned.discard(victim)
         return victim
 
     def _over_share(self) -> bool:
         return self._planned_bytes > self.planned_share * self.capacity_bytes
 
     def _plan(self, key: K, size: int, distance: float) -> None:
+        if math.isinf(self._next_use(key)):
+            self._held_unplanned.add(key)
         self._planned[key] = size
         self._planned_bytes += size
         self._push(key, distance)
@@ -176,7 +209,7 @@ class PlanAwarePolicy(EvictionPolicy[K]):
             negative, _, key = heapq.heappop(self._heap)
             if key not in self._planned:
                 continue  # evicted or removed since it was pushed
-            current = self._next_use(key)
+            current = self._distance(key)
             if best is None or current > best[0]:
                 if best is not None:
                     self._push(best[1], best[0])
@@ -188,6 +221,65 @@ class PlanAwarePolicy(EvictionPolicy[K]):
         if best is None:
             return None, 0.0
         return best[1], best[0]
+
+    def _read(self, key: K) -> None:
+        """Learn from a read of ``key`` and hold it for the re-reads the plan misses, if
+        holding is worth its room; let go of the keys whose hold ran out."""
+        reuse = self.reuse
+        self._release(reuse.clock + 1)  # the holds this read outlasts
+        distance = self._next_use(key)
+        # Offered before the read is learnt from, as would_keep() saw it just before.
+        holding = self._holding()
+        window, cost = reuse.offer(self._kind(distance), self._furthest_hint()) if holding \
+            else (0, 0.0)
+        reuse.read(key, distance, len(self._sizes))
+        if window:
+            until = reuse.clock + window
+            self._held[key] = (until, cost)
+            self._counter += 1
+            heapq.heappush(self._expiry, (until, self._counter, key))
+        else:
+            self._held.pop(key, None)
+
+    def _release(self, clock: int) -> None:
+        expiry, held = self._expiry, self._held
+        while expiry and expiry[0][0] <= clock:
+            until, _, key = heapq.heappop(expiry)
+            entry = held.get(key)
+            if entry is None or entry[0] != until:
+                continue  # read again since: held longer
+            del held[key]
+            if key not in self._planned:
+                continue
+            distance = self._next_use(key)
+            if math.isinf(distance) and key in self._held_unplanned:
+                # Back to the base policy, whose order it joins as a newcomer.
+                self._held_unplanned.discard(key)
+                self._planned_bytes -= self._planned.pop(key)
+                self.base.insert(key, self._sizes[key])
+            else:
+                self._push(key, distance)  # further now: a fresh entry keeps the heap's order
+
+    def _furthest_hint(self) -> float:
+        """About the furthest next use of a resident planned chunk (the heap's top, which
+        may be stale and so a little high): what a hold competes with."""
+        return -self._heap[0][0] if self._heap else 0.0
+
+    def _holding(self) -> bool:
+        """Holds compete with planned chunks only: without a plan the base policy rules."""
+        return len(self._planned) > len(self._held_unplanned)
+
+    @staticmethod
+    def _kind(distance: float) -> int:
+        return 0 if math.isfinite(distance) else 1
+
+    def _distance(self, key: K) -> float:
+        """Belady's distance: the planned one, or a hold's cost per hit if lower."""
+        distance = self._next_use(key)
+        held = self._held.get(key)
+        if held is not None and held[0] > self.reuse.clock and held[1] < distance:
+            return held[1]
+        return distance
 
     def _push(self, key: K, distance: float) -> None:
         self._counter += 1

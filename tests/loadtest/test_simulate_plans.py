@@ -7,6 +7,8 @@ are seeded, so the ratios are exact and the same on every run.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from loadtest.sim_crosscheck import arc_difference
@@ -31,6 +33,7 @@ from loadtest.simulate import (
     targets,
 )
 from spoke.policy import arc as arc_module
+from spoke.policy.reuse import UnforeseenReuse
 from spoke.prefetch import plans as plans_module
 
 FRACTIONS = (0.1, 0.25, 0.5, 0.9)
@@ -80,16 +83,26 @@ def test_the_stuck_cursor_of_the_issue_would_fail_the_one_job_target(
 def test_a_noisy_plan_loses_nothing_to_its_noise_but_what_no_plan_tells(fraction: float) -> None:
     """10 % off-plan reads and reads up to 64 places out of order. The spoke's cursor does
     as well as a perfect one (the oracle: the planned reads' true positions known) within
-    a point; >= 0.90 x OPT from half the dataset up. Below that OPT's lead is its
-    foreknowledge of the off-plan reads themselves, which no plan carries."""
+    a point; >= 0.90 x OPT from a quarter of the dataset up (the retries held for what
+    they are worth, spoke.policy.reuse). At 10 % of this small trace (80 chunks against
+    reads 64 places out of order) OPT's lead is its foreknowledge of the off-plan reads."""
     built = build(NOISY)
     capacity = int(built.dataset_bytes * fraction)
     optimum = opt(built.trace, capacity, warmup=built.warmup).hit_ratio
     ours = simulate_with_book("lru", built, capacity).hit_ratio
     oracle = simulate_with_plan("lru", built.trace, capacity, warmup=built.warmup).hit_ratio
     assert ours >= oracle - 0.01
-    if fraction >= 0.5:
+    if fraction >= 0.25:
         assert ours >= 0.90 * optimum
+
+
+def test_a_noisy_plan_without_the_learnt_holds_loses_its_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holds bite: Belady on the plan alone turns a retried chunk away (its planned
+    use is an epoch off), below 0.90 x OPT at a quarter of the dataset."""
+    monkeypatch.setattr(UnforeseenReuse, "offer", lambda self, kind, against: (0, math.inf))
+    assert share_of_opt(NOISY, 0.25) < 0.90
 
 
 def test_noisy_epochs_are_a_plan_read_out_of_order_with_a_tenth_off_it() -> None:

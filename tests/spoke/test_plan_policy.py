@@ -9,6 +9,7 @@ import random
 import pytest
 
 from spoke.policy import LRUPolicy, PlanAwarePolicy, make_policy
+from spoke.policy.reuse import UnforeseenReuse
 
 UNKNOWN: dict[str, float] = {}
 
@@ -193,3 +194,77 @@ def test_a_later_plan_takes_the_room_of_chunks_needed_after_its_own() -> None:
     assert fill_with(policy, [f"c{i}" for i in range(5)]) == ["b9", "b8", "b7", "b6", "b5"]
     assert sorted(policy.keys()) == sorted([f"b{i}" for i in range(5)]
                                            + [f"c{i}" for i in range(5)])
+
+
+# --- re-reads no plan announced ---------------------------------------------------------
+
+
+def with_retries(keys: int, epochs: int, seed: int) -> tuple[list[str], list[bool]]:
+    """Shuffled epochs where one read in five is followed, two reads on, by a retry of it
+    that no plan lists; returns the reads and which of them the plan lists."""
+    rng = random.Random(seed)
+    trace: list[str] = []
+    planned: list[bool] = []
+    pending: list[tuple[int, str]] = []
+    for key in shuffled_epochs(keys, epochs, seed):
+        trace.append(key)
+        planned.append(True)
+        if rng.random() < 0.2:
+            pending.append((len(trace) + 2, key))
+        while pending and pending[0][0] <= len(trace):
+            trace.append(pending.pop(0)[1])
+            planned.append(False)
+    return trace, planned
+
+
+class PlannedOnly(Future):
+    """The future of the planned reads only: the retries are unforeseen."""
+
+    def __init__(self, trace: list[str], planned: list[bool]) -> None:
+        super().__init__([key if listed else "" for key, listed in zip(trace, planned,
+                                                                         strict=True)])
+
+
+def retry_hits(policy: PlanAwarePolicy[str], trace: list[str], planned: list[bool],
+               future: Future) -> tuple[int, int]:
+    """(hits on the retries, retries) after the first epoch's worth of reads."""
+    hits = retries = 0
+    for position, key in enumerate(trace):
+        future.cursor = position
+        hit = key in policy
+        if position > len(trace) // 4 and not planned[position]:
+            retries += 1
+            hits += hit
+        replay(policy, [key], 1)
+    return hits, retries
+
+
+def test_a_chunk_retried_soon_is_held_though_its_plan_needs_it_only_next_epoch() -> None:
+    trace, planned = with_retries(400, 4, seed=3)
+    future = PlannedOnly(trace, planned)
+    policy = PlanAwarePolicy(LRUPolicy[str](40), future)
+    hits, retries = retry_hits(policy, trace, planned, future)
+    assert hits >= 0.9 * retries
+    assert policy.reuse.unforeseen >= retries
+
+
+def test_without_the_learnt_holds_the_retries_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above bites: Belady on the plan alone turns the retried chunk away."""
+    monkeypatch.setattr(UnforeseenReuse, "offer", lambda self, kind, against: (0, math.inf))
+    trace, planned = with_retries(400, 4, seed=3)
+    future = PlannedOnly(trace, planned)
+    hits, retries = retry_hits(PlanAwarePolicy(LRUPolicy[str](40), future), trace, planned,
+                               future)
+    assert hits < 0.5 * retries
+
+
+@pytest.mark.parametrize("base", ["lru", "arc", "s3fifo", "wtinylfu"])
+def test_without_a_plan_re_reads_leave_the_base_policy_in_charge(base: str) -> None:
+    """Holds compete with planned chunks only: with no plan, eviction is the base
+    policy's, order for order, however often chunks come back."""
+    trace, _ = with_retries(200, 3, seed=5)
+    plain = make_policy(base, 50)
+    wrapped = PlanAwarePolicy(make_policy(base, 50), fixed(UNKNOWN))
+    assert replay(wrapped, trace, 1) == replay(plain, trace, 1)
+    assert wrapped.keys() == plain.keys()
+    assert wrapped.reuse.unforeseen > 0  # it learnt, and held nothing
