@@ -108,16 +108,16 @@ def evaluate(warm: dict[str, Any], cold: dict[str, Any], rep: dict[str, Any],
     r = ratios(warm, cold, s)
     nginx_best = r.nginx_best_samples_s
     r_big, r_small, r_batch = r.big_vs_nginx, r.small_vs_nginx, r.batch_vs_nginx_best
-    r_stream, r_random = r.stream_vs_nginx, r.random_vs_nginx
+    r_random = r.random_vs_nginx
     hit = summary.hit_ratio_after_warmup
     t95 = summary.time_to_95pct_s
     return [
         Target("Warm 4 MiB ranges ×16: spoke ÷ nginx cache",
                f"{big['spoke']['gb_s']:.2f} vs {big['nginx cache']['gb_s']:.2f} GB/s",
-               r_big, "≥ 0.9", r_big >= 0.9),
+               r_big, "≥ 1", r_big >= 1),
         Target("Warm 64 KiB ranges ×64: spoke ÷ nginx cache req/s",
                f"{small['spoke']['req_s']:,.0f} vs {small['nginx cache']['req_s']:,.0f} req/s",
-               r_small, "≥ 0.5", r_small >= 0.5),
+               r_small, "≥ 0.6", r_small >= 0.6),
         Target("Warm 4 MiB ranges ×16: hub direct ÷ nginx serving the file",
                f"{big['hub direct']['gb_s']:.2f} vs {big['nginx file']['gb_s']:.2f} GB/s",
                r.hub_big_vs_file, "≥ 0.9", r.hub_big_vs_file >= 0.9),
@@ -129,11 +129,12 @@ def evaluate(warm: dict[str, Any], cold: dict[str, Any], rep: dict[str, Any],
                None, "< 5 ms", small["spoke"]["p99_ms"] < 5),
         Target(f"Batched {s.batch} × 64 KiB per request: spoke ÷ nginx cache's best samples/s",
                f"{batch['spoke']['samples_s']:,.0f} vs {nginx_best:,.0f} samples/s",
-               r_batch, "≥ 1", r_batch >= 1),
-        Target("Cold sequential shard streaming through 60 ms: spoke ÷ nginx cache",
+               r_batch, "≥ 1.2", r_batch >= 1.2),
+        Target("Cold sequential shard streaming through 60 ms: spoke ÷ the bare link",
                f"{cold['stream']['spoke']['gb_s']:.3f} vs "
-               f"{cold['stream']['nginx cache']['gb_s']:.3f} GB/s", r_stream, "≥ 3",
-               r_stream >= 3),
+               f"{cold['stream'][BARE_LINK]['gb_s']:.3f} GB/s (nginx cache "
+               f"{cold['stream']['nginx cache']['gb_s']:.3f})", r.stream_vs_bare, "≥ 0.6",
+               r.stream_vs_bare >= 0.6),
         Target("Cold random 4 MiB ranges through 60 ms: spoke ÷ nginx cache",
                f"{cold['random']['spoke']['gb_s']:.3f} vs "
                f"{cold['random']['nginx cache']['gb_s']:.3f} GB/s", r_random, "≥ 1",
