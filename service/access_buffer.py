@@ -1,8 +1,9 @@
 """The buffered access log (``--access-log buffered``, the default): every request's line,
 written in batches.
 
-One ``logging`` record per request (``--access-log on``) costs the small-read rate about a
-third: the record, its formatting, a lock and a ``write`` system call, each request. Here a
+One ``logging`` record per request (``--access-log on``) costs small reads much of their rate
+(docs/operations.md): the record, its formatting, a lock and a ``write`` system call, each
+request. Here a
 request only appends a tuple; the lines are formatted together and written in one call
 once the batch is full, a moment after its first line (a timer on the loop), before any
 other log line (so the log stays in order) and when the process exits (``atexit``: a
