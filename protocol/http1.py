@@ -56,6 +56,8 @@ _FRAMING = frozenset({"transfer-encoding", "upgrade", "expect", "te", "trailer"}
 _LOWER = {name: name.lower() for name in (
     "Host", "User-Agent", "Accept", "Accept-Encoding", "Range", "Connection",
     "Authorization", "If-Match", "If-None-Match", REQUEST_ID_HEADER, "Content-Length",
+    # botocore's, on every S3 request
+    "X-Amz-Date", "X-Amz-Content-SHA256", "amz-sdk-invocation-id", "amz-sdk-request",
 )}
 
 # The largest request head the fast path's reader takes; a larger one is aiohttp's.
