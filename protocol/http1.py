@@ -117,7 +117,10 @@ def parse_request_head(
 ) -> RequestHead | None:
     """The request in ``head`` (up to, not including, the blank line), or ``None``
     when it is outside the subset this reader takes. ``with_query``: targets may hold
-    percent-encodings and a query too, left as sent for the handler to decode."""
+    percent-encodings and a query too, left as sent for the handler to decode.
+
+    A head of a shape read before (the same bytes but for its ``Range: bytes=`` digits)
+    is not read again: its fields are copied, with its own Range."""
     size = len(head)
     if size > MAX_REQUEST_HEAD_BYTES:
         return None
