@@ -3,6 +3,8 @@ answers exactly as the general reader does (ranges, None, or the same 416)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,9 +14,11 @@ from protocol.ranges import MAX_RANGES, ByteRange, _parse_general, parse_range
 Outcome = list[ByteRange] | None | tuple[type[ProtocolError], str]
 
 
-def _outcome(read: object, header: str, size: int) -> Outcome:
+def _outcome(
+    read: Callable[[str, int], list[ByteRange] | None], header: str, size: int
+) -> Outcome:
     try:
-        return read(header, size)  # type: ignore[operator, no-any-return]
+        return read(header, size)
     except ProtocolError as exc:
         return type(exc), str(exc)
 
