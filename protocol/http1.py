@@ -108,6 +108,10 @@ MAX_SHAPED_HEAD_BYTES = 4 << 10
 _RANGE_FIELD = b"\r\nRange: bytes="
 _RANGE_VALUE_AT = len(_RANGE_FIELD) - len(b"bytes=")
 _RANGE_CHARS = b"0123456789,-"
+# Fields S3 clients sign or number each request with: a head holding one is never sent
+# twice, so its shape is not worth remembering (the copy and hash of it cost more than
+# the rest of the read).
+_ONCE_ONLY_FIELDS = (b"\r\nX-Amz-Date:", b"\r\nx-amz-date:", b"\r\namz-sdk-invocation-id:")
 _Shape = tuple[str, str, dict[str, str], bool] | None
 _shapes: tuple[dict[bytes, _Shape], dict[bytes, _Shape]] = ({}, {})
 
@@ -124,6 +128,9 @@ def parse_request_head(
     size = len(head)
     if size > MAX_REQUEST_HEAD_BYTES:
         return None
+    if with_query and (head.find(_ONCE_ONLY_FIELDS[0]) >= 0 or head.find(_ONCE_ONLY_FIELDS[1]) >= 0
+                       or head.find(_ONCE_ONLY_FIELDS[2]) >= 0):
+        return _parse(head, with_query)
     at = head.find(_RANGE_FIELD)
     if at < 0 or size > MAX_SHAPED_HEAD_BYTES:
         return _parse(head, with_query)

@@ -111,3 +111,14 @@ def test_a_large_head_is_read_but_not_remembered() -> None:
     head = b"GET /a HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\nX: " + b"v" * MAX_SHAPED_HEAD_BYTES
     assert _read(head) == reference_reads(head) is not None
     assert not http1._shapes[False]
+
+
+@pytest.mark.parametrize("field", [
+    b"X-Amz-Date: 20261201T175500Z", b"x-amz-date: 20261201T175500Z",
+    b"amz-sdk-invocation-id: 5d0d5f4e-1a2b",
+])
+def test_a_head_an_sdk_sends_once_is_read_but_not_remembered(field: bytes) -> None:
+    head = b"GET /b/k?x-id=GetObject HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n" + field
+    assert _read(head, with_query=True) == _uncached(head, with_query=True) is not None
+    assert not http1._shapes[True]
+    assert _read(head) is None  # a query: not /objects' to read
