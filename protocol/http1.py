@@ -56,6 +56,8 @@ _FRAMING = frozenset({"transfer-encoding", "upgrade", "expect", "te", "trailer"}
 _LOWER = {name: name.lower() for name in (
     "Host", "User-Agent", "Accept", "Accept-Encoding", "Range", "Connection",
     "Authorization", "If-Match", "If-None-Match", REQUEST_ID_HEADER, "Content-Length",
+    # botocore's, on every S3 request
+    "X-Amz-Date", "X-Amz-Content-SHA256", "amz-sdk-invocation-id", "amz-sdk-request",
 )}
 
 # The largest request head the fast path's reader takes; a larger one is aiohttp's.
@@ -86,7 +88,9 @@ class Headers(dict[str, str]):
         return isinstance(name, str) and _dict_contains(self, name.lower())
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ costs more than the rest of a cached read,
+# and one is made per request. Nothing changes one once it is made.
+@dataclass(slots=True)
 class RequestHead:
     method: str
     target: str
@@ -94,14 +98,69 @@ class RequestHead:
     keep_alive: bool
 
 
+# Heads read before, by their bytes with the digits of a ``Range: bytes=`` field taken
+# out: a loader sends the same fields again and again, only the range changes. Those
+# digits change nothing but that field's value (a value of those characters is taken
+# like any other), so a head of the same shape reads the same. Keyed apart by
+# ``with_query``; cleared when full.
+MAX_KNOWN_SHAPES = 256
+MAX_SHAPED_HEAD_BYTES = 4 << 10
+_RANGE_FIELD = b"\r\nRange: bytes="
+_RANGE_VALUE_AT = len(_RANGE_FIELD) - len(b"bytes=")
+_RANGE_CHARS = b"0123456789,-"
+# Fields S3 clients sign or number each request with: a head holding one is never sent
+# twice, so its shape is not worth remembering (the copy and hash of it cost more than
+# the rest of the read).
+_ONCE_ONLY_FIELDS = (b"\r\nX-Amz-Date:", b"\r\nx-amz-date:", b"\r\namz-sdk-invocation-id:")
+_Shape = tuple[str, str, dict[str, str], bool] | None
+_shapes: tuple[dict[bytes, _Shape], dict[bytes, _Shape]] = ({}, {})
+
+
 def parse_request_head(
     head: bytes | bytearray, *, with_query: bool = False
 ) -> RequestHead | None:
     """The request in ``head`` (up to, not including, the blank line), or ``None``
     when it is outside the subset this reader takes. ``with_query``: targets may hold
-    percent-encodings and a query too, left as sent for the handler to decode."""
-    if len(head) > MAX_REQUEST_HEAD_BYTES:
+    percent-encodings and a query too, left as sent for the handler to decode.
+
+    A head of a shape read before (the same bytes but for its ``Range: bytes=`` digits)
+    is not read again: its fields are copied, with its own Range."""
+    size = len(head)
+    if size > MAX_REQUEST_HEAD_BYTES:
         return None
+    if with_query and (head.find(_ONCE_ONLY_FIELDS[0]) >= 0 or head.find(_ONCE_ONLY_FIELDS[1]) >= 0
+                       or head.find(_ONCE_ONLY_FIELDS[2]) >= 0):
+        return _parse(head, with_query)
+    at = head.find(_RANGE_FIELD)
+    if at < 0 or size > MAX_SHAPED_HEAD_BYTES:
+        return _parse(head, with_query)
+    start = at + len(_RANGE_FIELD)
+    stop = head.find(b"\r\n", start)
+    if stop < 0:
+        stop = size
+    digits = head[start:stop]
+    if not digits or digits.translate(None, _RANGE_CHARS):
+        return _parse(head, with_query)
+    key = bytes(head[:start]) + bytes(head[stop:]) if stop < size else bytes(head[:start])
+    shapes = _shapes[with_query]
+    try:
+        shape = shapes[key]
+    except KeyError:
+        read = _parse(head, with_query)
+        if len(shapes) >= MAX_KNOWN_SHAPES:
+            shapes.clear()
+        shapes[key] = None if read is None else (
+            read.method, read.target, dict(read.headers), read.keep_alive)
+        return read
+    if shape is None:
+        return None
+    method, target, fields, keep_alive = shape
+    headers = Headers(fields)
+    headers["range"] = head[at + _RANGE_VALUE_AT:stop].decode("latin-1")
+    return RequestHead(method, target, headers, keep_alive)
+
+
+def _parse(head: bytes | bytearray, with_query: bool) -> RequestHead | None:
     text = head.decode("latin-1")
     count = text.count("\r\n")
     if count > MAX_FIELDS:

@@ -54,6 +54,34 @@ def parse_range(header: str, size: int) -> list[ByteRange] | None:
     object, and :class:`TooManyRanges` (a 416 too) when it lists more than
     ``MAX_RANGES``.
     """
+    if len(header) <= MAX_RANGE_HEADER_BYTES and _PLAIN_LIST.fullmatch(header) is not None:
+        return _plain_list(header, size)
+    return _parse_general(header, size)
+
+
+# The form loaders send, ``bytes=first-last[,first-last]...``, read in one C pass;
+# digit runs this short are always valid positions. Anything else (whitespace, other
+# case, suffixes, open ends, empty elements, longer numbers) is the general reader's.
+_PLAIN_LIST = re.compile(r"bytes=[0-9]{1,18}-[0-9]{1,18}(?:,[0-9]{1,18}-[0-9]{1,18})*+")
+
+
+def _plain_list(header: str, size: int) -> list[ByteRange] | None:
+    """:func:`parse_range` of a header :data:`_PLAIN_LIST` matches, to the same answer."""
+    numbers = list(map(int, header[6:].replace("-", ",").split(",")))
+    if len(numbers) > 2 * MAX_RANGES:
+        raise TooManyRanges(size, f"more than {MAX_RANGES} ranges in one request")
+    ranges = []
+    for first, last in zip(numbers[::2], numbers[1::2], strict=True):
+        if last < first:
+            return None  # §14.1.1: the whole header is ignored
+        if first < size:
+            ranges.append(ByteRange(first, min(last + 1, size)))
+    if not ranges:
+        raise RangeNotSatisfiable(size)
+    return ranges
+
+
+def _parse_general(header: str, size: int) -> list[ByteRange] | None:
     specs = _parse_specs(header, size)
     if specs is None:
         return None

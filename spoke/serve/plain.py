@@ -60,6 +60,9 @@ WRITE_BLOCK_BYTES = 1 << 20
 _HIT_FIELD = (CACHE_HEADER, "HIT")
 _HIT_LINE = f"{CACHE_HEADER}: HIT\r\n"
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
+# A head's fields are keyed by lower-case name: dict's own methods skip Headers' lower().
+_has_field = dict.__contains__
+_field = dict.__getitem__
 
 
 class HitSource(Protocol):
@@ -122,7 +125,7 @@ class PlainReads:
     def is_plain(head: RequestHead) -> bool:
         """Whether ``head`` is a plain read (cached or not)."""
         return head.method == "GET" and PLAIN_FIELDS.issuperset(head.headers) and \
-            "range" in head.headers
+            _has_field(head.headers, "range")
 
     def answer(
         self, source: HitSource, conn: FastConnection, head: RequestHead, path: str,
@@ -131,7 +134,7 @@ class PlainReads:
         """Answer ``head`` if it is a plain read of cached chunks, else None (nothing sent)."""
         if not self.is_plain(head):
             return None
-        match = _ONE_RANGE.fullmatch(head.headers["range"])
+        match = _ONE_RANGE.fullmatch(_field(head.headers, "range"))
         if match is None:
             return self._planned(source, conn, head, path, manifest)
         r = _one_range(match, manifest.size)
@@ -165,7 +168,7 @@ class PlainReads:
         ``head`` is not one (then :meth:`answer` is the one to ask)."""
         if not conn.can_sendfile or not self.is_plain(head):
             return None
-        match = _ONE_RANGE.fullmatch(head.headers["range"])
+        match = _ONE_RANGE.fullmatch(_field(head.headers, "range"))
         r = None if match is None else _one_range(match, manifest.size)
         if r is None or r.length < SENDFILE_MIN_BYTES:
             return None
