@@ -114,12 +114,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 async def test_warm_cli_shows_progress_and_exit_codes(
     spoke: RunningServer, http: aiohttp.ClientSession
 ) -> None:
-    ok = await asyncio.to_thread(run_cli, "--spoke", spoke.url, "--prefix", "other/")
+    # Three runs that share nothing the others touch, side by side: each is a process start.
+    ok, failed, unreachable = await asyncio.gather(
+        asyncio.to_thread(run_cli, "--spoke", spoke.url, "--prefix", "other/"),
+        asyncio.to_thread(run_cli, "--spoke", spoke.url, "--path", "ds/nope.bin"),
+        asyncio.to_thread(run_cli, "--spoke", "http://127.0.0.1:9", "--prefix", "", "--quiet"),
+    )
     assert ok.returncode == 0, ok.stderr
     assert "done: 1/1 chunks" in ok.stderr and "3000" in ok.stderr
-    failed = await asyncio.to_thread(run_cli, "--spoke", spoke.url, "--path", "ds/nope.bin")
     assert failed.returncode == 1
     assert "failed" in failed.stderr and "ds/nope.bin" in failed.stderr
-    unreachable = await asyncio.to_thread(run_cli, "--spoke", "http://127.0.0.1:9",
-                                          "--prefix", "", "--quiet")
     assert unreachable.returncode == 2

@@ -147,6 +147,11 @@ def _take_reply(buf: bytes, head_request: bool, eof: bool) -> tuple[Reply, bytes
 
 
 MID_ANSWER_WAIT_S = 15.0
+# The head of an answer to a HEAD, and nothing after it: the answer whole, or (aiohttp
+# answering a parse error after the HEAD instead) a head whose body is written with it.
+# On a kept-alive connection no close follows either, so past this wait we send EOF and
+# read what the server sent before its close.
+HEAD_ANSWER_WAIT_S = 2.0
 
 
 async def exchange(port: int, payload: bytes, *, wait: float = 2.0, idle: float = 0.05,
@@ -182,7 +187,10 @@ async def exchange(port: int, payload: bytes, *, wait: float = 2.0, idle: float 
             answered = any(r.status >= 200 for r in result.replies) and not buf
             # Part of an answer in hand: the server is sending, not waiting for us; a busy
             # machine (the whole suite at once) may take seconds to go on.
-            timeout = idle if answered else MID_ANSWER_WAIT_S if buf else wait
+            head_answer = (bool(buf) and head_request() and b"\r\n\r\n" in buf
+                           and not result.timed_out)
+            timeout = (idle if answered else HEAD_ANSWER_WAIT_S if head_answer
+                       else MID_ANSWER_WAIT_S if buf else wait)
             try:
                 data = await asyncio.wait_for(reader.read(1 << 16), timeout)
             except TimeoutError:
