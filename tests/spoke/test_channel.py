@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from spoke.config import config_from_args, parse_args
+from service.workers import machine_cpus
+from spoke.config import (
+    AUTO_WORKERS,
+    choose_workers,
+    config_from_args,
+    parse_args,
+    with_workers_chosen,
+)
 from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair
 
 Received = list[tuple[list[Any], list[int]]]
@@ -61,11 +68,13 @@ async def test_an_oversized_message_is_refused_before_sending() -> None:
 BASE = ["serve", "--hub", "http://hub", "--cache-dir", "/tmp/c", "--capacity", "1GiB"]
 
 
-def test_workers_default_to_one_and_auto_means_two_per_core() -> None:
-    assert config_from_args(parse_args(BASE, {})).workers == 1
-    auto = config_from_args(parse_args([*BASE, "--workers", "auto"], {})).workers
-    assert auto == 2 * len(os.sched_getaffinity(0))
+def test_workers_default_to_auto_and_an_explicit_count_wins() -> None:
+    default = config_from_args(parse_args(BASE, {}))
+    auto = config_from_args(parse_args([*BASE, "--workers", "auto"], {}))
+    assert default.workers == auto.workers == AUTO_WORKERS  # chosen once every flag is known
+    assert with_workers_chosen(default)[0].workers == choose_workers(machine_cpus())[0]
     assert config_from_args(parse_args(BASE, {"HUBSPOKE_WORKERS": "3"})).workers == 3
+    assert config_from_args(parse_args([*BASE, "--workers", "1"], {})).workers == 1
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "many"])
