@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 # Below the default socket buffer (~208 KiB), so any message fits in one packet.
 MAX_MESSAGE_BYTES = 64 << 10
 MAX_FDS = 4
+# Bytes a message may carry inline; more go in a memory file sent beside it (bytes_in_fd).
+MAX_INLINE_BYTES = MAX_MESSAGE_BYTES - 1024
 
 Handler = Callable[[list[Any], list[int]], None]
 RecordHandler = Callable[[Message, list[int]], None]
@@ -33,6 +35,34 @@ RecordHandler = Callable[[Message, list[int]], None]
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def bytes_in_fd(data: bytes) -> int:
+    """A descriptor of an anonymous memory file holding ``data``: how bytes too many for
+    one message (a request body a reader had read before it handed the connection
+    over) travel beside it. The receiver reads them with :func:`bytes_from_fd`."""
+    fd = os.memfd_create("hubspoke-received", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def bytes_from_fd(fd: int) -> bytes:
+    """What :func:`bytes_in_fd` put in ``fd``; the descriptor is closed."""
+    try:
+        parts = []
+        offset = 0
+        while block := os.pread(fd, 1 << 20, offset):
+            parts.append(block)
+            offset += len(block)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 class Channel:

@@ -50,7 +50,13 @@ from service.runner import Companion, StartedSite
 from spoke.cache.engine import ChunkCache
 from spoke.s3.stats import S3_STATS, S3Stats
 from spoke.workers import messages
-from spoke.workers.channel import MAX_MESSAGE_BYTES, Channel, channel_pair, receiving
+from spoke.workers.channel import (
+    MAX_MESSAGE_BYTES,
+    Channel,
+    bytes_from_fd,
+    channel_pair,
+    receiving,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -251,11 +257,12 @@ class ReaderPool:
             channel.tell(messages.ChunksAdded(chunks[i:i + SNAPSHOT_BATCH]))
 
     def _on_message(self, reader: _Reader, message: messages.Message, fds: list[int]) -> None:
-        if isinstance(message, messages.HandedOver) and len(fds) == 1:
-            self._adopt(fds[0], message.received, self.take_over)
+        if isinstance(message, messages.HandedOver) and len(fds) in (1, 2):
+            self._adopt(fds[0], _received(message.received, fds), self.take_over)
             return
-        if isinstance(message, messages.S3HandedOver) and len(fds) == 1 and self.s3 is not None:
-            self._adopt(fds[0], message.received, self.s3.take_over)
+        if (isinstance(message, messages.S3HandedOver) and len(fds) in (1, 2)
+                and self.s3 is not None):
+            self._adopt(fds[0], _received(message.received, fds), self.s3.take_over)
             return
         for fd in fds:
             os.close(fd)
@@ -398,3 +405,9 @@ def _taking_over(runner: web.AppRunner) -> Callable[[bytes], asyncio.Protocol]:
     if take_over is None:
         raise RuntimeError("reader workers need the fast path's server")
     return take_over
+
+
+def _received(inline: bytes, fds: list[int]) -> bytes:
+    """A handed-over connection's bytes read so far: inline, or beside the message in a
+    memory file (its second descriptor) when there were too many for one."""
+    return bytes_from_fd(fds[1]) if len(fds) == 2 else inline

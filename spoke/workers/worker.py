@@ -34,7 +34,7 @@ from spoke.config import SpokeConfig
 from spoke.serve.plain import OBJECTS, PlainReads
 from spoke.serve.stats import READ_LATENCY_BUCKETS_S
 from spoke.workers import messages
-from spoke.workers.channel import Channel, receiving
+from spoke.workers.channel import MAX_INLINE_BYTES, Channel, bytes_in_fd, receiving
 from spoke.workers.s3 import serve_s3
 
 T = TypeVar("T")
@@ -326,7 +326,12 @@ class HandOver(asyncio.Protocol):
             transport.abort()
             return
         sock = transport.get_extra_info("socket")
-        self.channel.tell(self.message(bytes(self._received)), [os.dup(sock.fileno())])
+        fds = [os.dup(sock.fileno())]
+        received = bytes(self._received)
+        if len(received) > MAX_INLINE_BYTES:  # a body read with the head: beside the message
+            fds.append(bytes_in_fd(received))
+            received = b""
+        self.channel.tell(self.message(received), fds)
         # Closing our descriptor leaves the connection open: the owner holds it now.
         transport.close()
 

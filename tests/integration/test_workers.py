@@ -5,6 +5,7 @@ its connection, are counted by the owner, never fetch, and never outlive a purge
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -16,6 +17,7 @@ import pytest
 
 from loadtest.bench import process_tree
 from loadtest.procs import Process, start_process
+from spoke.workers.channel import MAX_MESSAGE_BYTES
 from spoke.workers.cpus import spread
 from tests.conftest import CHUNK
 from tests.support.http import blocking_stats
@@ -396,3 +398,23 @@ async def test_a_partly_cached_read_during_an_outage_gets_503_from_either_proces
         assert int(reply.headers["retry-after"]) >= 1
     after = await asyncio.to_thread(blocking_stats, workers.url)
     assert after["handed_over_connections"] > before["handed_over_connections"]
+
+
+async def test_a_request_body_a_reader_read_with_its_head_goes_over_whole(
+    workers: Process, dataset: Dataset
+) -> None:
+    # A plan of thousands of reads is one large POST: a reader that received its head and
+    # much of its body in one read hands both over, however many bytes that is.
+    reads = [[BIG, offset, 100] for offset in range(0, len(dataset[1][BIG]) - 100, 97)]
+    body = json.dumps({"reads": reads}).encode()
+    assert len(body) > 4 * MAX_MESSAGE_BYTES
+    post = request("/plans", "Content-Type: application/json",
+                   f"Content-Length: {len(body)}", method="POST") + body
+    answers = await asyncio.gather(*(
+        exchange(workers.url, post, request("/healthz")) for _ in range(CONNECTIONS)))
+    for planned, health in answers:
+        assert planned[0] == 201, planned
+        assert json.loads(planned[2])["chunk_reads"] == len(reads)
+        assert health[0] == 200
+    counts = await asyncio.to_thread(blocking_stats, workers.url)
+    assert counts["handed_over_connections"] >= 1
