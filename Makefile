@@ -17,7 +17,7 @@ venv: $(BIN)/.installed
 
 # The demo needs the package and the lab's WAN driver only: no torch, pandas, locust.
 # One line per step; pip says nothing unless something fails.
-PIP_QUIET = --quiet --disable-pip-version-check --root-user-action=ignore
+PIP_QUIET = --quiet --quiet --disable-pip-version-check --root-user-action=ignore
 $(BIN)/.lab-installed: pyproject.toml
 	@echo "== venv: $(VENV)"
 	@$(PYTHON) -m venv $(VENV)
