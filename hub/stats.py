@@ -44,11 +44,27 @@ class SharedCounts:
         return sum(self.view[field::step])
 
 
+class _Count:
+    """One of :data:`FIELDS`, as an attribute of :class:`HubStats`: its process's slot."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = FIELDS.index(name)
+
+    def __get__(self, stats: HubStats, owner: type | None = None) -> int:
+        return int(stats._view[stats._base + self.field])
+
+    def __set__(self, stats: HubStats, value: int) -> None:
+        stats._view[stats._base + self.field] = value
+
+
 class HubStats:
     """One process's counts (``slot`` of ``shared``, else its own), read as the totals of
     all of them."""
 
     __slots__ = ("_base", "_shared", "_view")
+    requests = _Count()
+    bytes_sent = _Count()
+    manifests_served = _Count()
 
     def __init__(self, shared: SharedCounts | None = None, slot: int = 0) -> None:
         self._shared = shared if shared is not None else SharedCounts(1)
@@ -56,30 +72,6 @@ class HubStats:
             raise ValueError(f"no counter slot {slot} among {self._shared.processes}")
         self._view = self._shared.view
         self._base = slot * len(FIELDS)
-
-    @property
-    def requests(self) -> int:
-        return int(self._view[self._base])
-
-    @requests.setter
-    def requests(self, value: int) -> None:
-        self._view[self._base] = value
-
-    @property
-    def bytes_sent(self) -> int:
-        return int(self._view[self._base + 1])
-
-    @bytes_sent.setter
-    def bytes_sent(self, value: int) -> None:
-        self._view[self._base + 1] = value
-
-    @property
-    def manifests_served(self) -> int:
-        return int(self._view[self._base + 2])
-
-    @manifests_served.setter
-    def manifests_served(self, value: int) -> None:
-        self._view[self._base + 2] = value
 
     def series(self) -> list[Series]:
         total = self._shared.total
@@ -93,4 +85,3 @@ class HubStats:
             Series("hub_processes", "gauge", "processes serving the hub's port (--workers)",
                    lambda: self._shared.processes),
         ]
-

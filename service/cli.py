@@ -41,8 +41,8 @@ def positive(convert: Callable[[str], N]) -> Callable[[str], N]:
     return checked
 
 
-# --access-log: "buffered" (service.access_buffer) costs a few percent of the small-read
-# rate where "on", a logging record a request, cost about a third.
+# --access-log: "buffered" (service.access_buffer) costs small reads a fraction of what
+# "on", a logging record a request, does (docs/operations.md).
 ACCESS_LOG_MODES = ("buffered", "on", "off")
 
 

@@ -422,10 +422,8 @@ class FastProtocol(asyncio.Protocol):
             sock.setblocking(False)
         try:
             sent = sock.send(head, socket.MSG_MORE)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            sent = 0  # the transport's write below meets the error and reports it
+        except OSError:  # full (BlockingIOError), or broken: the transport's write below
+            sent = 0     # queues the head, or meets the error and reports it
         if sent == len(head):
             return True
         assert self._transport is not None

@@ -29,8 +29,6 @@ import re
 import socket
 import ssl
 import threading
-import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPException
@@ -50,6 +48,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 from botocore.utils import parse_timestamp
+from cachetools import TTLCache
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from hub.backend import NoSuchObject, ObjectInfo
@@ -186,8 +185,8 @@ class S3Backend:
         self.client = client
         self.root = root
         self.endpoint = str(client.meta.endpoint_url)
-        # key -> (its presigned GET URL, when it was signed), least recently used first.
-        self._presigned: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # key -> its presigned GET URL, for PRESIGNED_REUSE_S after it was signed.
+        self._presigned: TTLCache[str, str] = TTLCache(PRESIGNED_KEYS, PRESIGNED_REUSE_S)
         self._presigned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
 
@@ -323,24 +322,15 @@ class S3Backend:
         if session is None:
             return None
         key = self._key(path)
-        now = time.monotonic()
         with self._presigned_lock:
-            cached = self._presigned.get(key)
-            if cached is not None and now - cached[1] < PRESIGNED_REUSE_S:
-                self._presigned.move_to_end(key)
-                url = cached[0]
-            else:
-                url = ""
+            url = self._presigned.get(key)
         try:
-            if not url:
+            if url is None:
                 url = self.client.generate_presigned_url(
                     "get_object", Params={"Bucket": self.root.bucket, "Key": key},
                     ExpiresIn=PRESIGNED_EXPIRES_S)
                 with self._presigned_lock:
-                    self._presigned[key] = (url, now)
-                    self._presigned.move_to_end(key)
-                    while len(self._presigned) > PRESIGNED_KEYS:
-                        self._presigned.popitem(last=False)
+                    self._presigned[key] = url
             request = AWSRequest(method="GET", url=url, stream_output=True,
                                  headers={"Range": range_value, "If-Match": etag})
             response = session.send(request.prepare())

@@ -16,9 +16,19 @@ def version_id(path: str, etag: str, chunk_size: int) -> str:
     return hashlib.blake2b(ident, digest_size=16).hexdigest()
 
 
+# The manifest asked about last and its version: reads come object after object, a
+# batch range after range of one, so the hash is taken once per manifest, not per read.
+_last_version: tuple[Manifest | None, str] = (None, "")
+
+
 def manifest_version(manifest: Manifest) -> str:
     """:func:`version_id` of ``manifest``'s version."""
-    return version_id(manifest.path, manifest.etag, manifest.chunk_size)
+    global _last_version
+    known, version = _last_version  # one read of the pair: safe from any thread
+    if known is not manifest:
+        version = version_id(manifest.path, manifest.etag, manifest.chunk_size)
+        _last_version = (manifest, version)
+    return version
 
 
 def chunk_name(version: str, index: int) -> str:

@@ -378,20 +378,11 @@ def _scan(source: HitSource, manifest: Manifest, name: str, index: int) -> Delim
     return scan
 
 
-# The version of the manifest read last (a batch reads one object, range after range).
-_last_version: tuple[Manifest | None, str] = (None, "")
-
-
 def _resident_slices(
     source: HitSource, manifest: Manifest, r: ByteRange
 ) -> list[tuple[str, int, int]] | None:
     """(chunk name, start, stop) of each chunk ``r`` touches, or None unless all are cached."""
-    global _last_version
-    chunk_size = manifest.chunk_size
-    known, version = _last_version
-    if known is not manifest:  # a hash: once per manifest, not once per range of a batch
-        version = manifest_version(manifest)
-        _last_version = (manifest, version)
+    chunk_size, version = manifest.chunk_size, manifest_version(manifest)
     slices = []
     for index in range(r.start // chunk_size, (r.stop - 1) // chunk_size + 1):
         name = chunk_name(version, index)
