@@ -79,7 +79,14 @@ async def start_fast_hub(config: HubConfig) -> FastHub:
             return outcome
 
         async def later(pending: Awaitable[Reply | None]) -> Reply | None:
-            reply = await pending
+            try:
+                reply = await pending
+            except asyncio.CancelledError:
+                # The client hung up once it had its whole answer (Connection: close), and
+                # the hang-up cancelled this before it resumed: a decline would have handed
+                # the request to aiohttp before any answer, so this one was the fast path's.
+                hub.note(head.target, True)
+                raise
             hub.note(head.target, reply is not None)
             return reply
 
