@@ -24,6 +24,11 @@ CHUNK = 16 * 1024
 PER_SHARD = 24
 SHARDS = {f"tok/shard-{i:05d}.bin": PER_SHARD * SAMPLE_BYTES for i in range(3)}
 N = 3 * PER_SHARD
+# Long enough that the plan's cursor window (under half an epoch) takes what a DataLoader's
+# workers reorder: one of two workers up to its prefetch ahead of the other, three batches.
+# Over ``tok/``'s 72 samples, a lagging worker left the cursor a batch short of the end.
+LONG_PER_SHARD = 64
+LONG = {f"long/shard-{i:05d}.bin": LONG_PER_SHARD * SAMPLE_BYTES for i in range(3)}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +36,7 @@ def servers(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[str, str, dict[str, bytes]]]:
     root = tmp_path_factory.mktemp("hub")
-    files = write_dataset(str(root), SHARDS, seed=8)
+    files = write_dataset(str(root), SHARDS | LONG, seed=8)
     logs = str(tmp_path_factory.mktemp("logs"))
     hub = start_process("hub", ["--root", str(root), "--chunk-size", "16KiB"], log_dir=logs)
     spoke: Process | None = None
@@ -46,9 +51,11 @@ def servers(
         hub.stop()
 
 
-def sample(files: dict[str, bytes], index: int) -> torch.Tensor:
-    shard, within = divmod(index, PER_SHARD)
-    data = files[f"tok/shard-{shard:05d}.bin"][within * SAMPLE_BYTES:(within + 1) * SAMPLE_BYTES]
+def sample(files: dict[str, bytes], index: int, prefix: str = "tok/",
+           per_shard: int = PER_SHARD) -> torch.Tensor:
+    shard, within = divmod(index, per_shard)
+    start = within * SAMPLE_BYTES
+    data = files[f"{prefix}shard-{shard:05d}.bin"][start:start + SAMPLE_BYTES]
     return torch.frombuffer(bytearray(data), dtype=torch.int32).to(torch.int64)
 
 
@@ -66,7 +73,8 @@ def test_persistent_workers_read_each_epoch_under_its_plan(
     servers: tuple[str, str, dict[str, bytes]]
 ) -> None:
     url, _, files = servers
-    dataset = ShardedSamples(url, prefix="tok/", tokens_per_sample=TOKENS)
+    n = 3 * LONG_PER_SHARD
+    dataset = ShardedSamples(url, prefix="long/", tokens_per_sample=TOKENS)
     sampler = PlannedSampler(dataset, seed=4)
     loader = DataLoader(dataset, batch_size=8, sampler=sampler, num_workers=2,
                         persistent_workers=True)
@@ -76,9 +84,9 @@ def test_persistent_workers_read_each_epoch_under_its_plan(
         assert sampler.plan_id in plans(url)  # told before the loader asks for a sample
         rows = [row for batch in loader for row in batch]
         order = sampler.order(epoch)
-        assert len(rows) == N and sorted(order) == list(range(N))
+        assert len(rows) == n and sorted(order) == list(range(n))
         for row, index in zip(rows, order, strict=True):  # in the sampler's order, byte-exact
-            assert torch.equal(row, sample(files, index))
+            assert torch.equal(row, sample(files, index, "long/", LONG_PER_SHARD))
         ids.append(sampler.plan_id)
         booked = plans(url)
         # Only this epoch's plan is left, and the workers' reads moved it through the
@@ -86,8 +94,8 @@ def test_persistent_workers_read_each_epoch_under_its_plan(
         # epoch's end (how far past it a late read may throw it is the cursor's
         # business, not the sampler's).
         assert list(booked) == [sampler.plan_id]
-        assert booked[sampler.plan_id]["chunk_reads"] == N + N // 4
-        assert int(booked[sampler.plan_id]["cursor"]) >= N - 1  # type: ignore[call-overload]
+        assert booked[sampler.plan_id]["chunk_reads"] == n + n // 4
+        assert int(booked[sampler.plan_id]["cursor"]) >= n - 1  # type: ignore[call-overload]
     assert len(set(ids)) == 3
     assert sampler.order(0) != sampler.order(1)
     requests.delete(f"{url}/plans/{sampler.plan_id}", timeout=30)
