@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import mmap
+import os
 import re
 import sys
 import time
@@ -44,6 +45,14 @@ ROUNDS = 50
 PAUSE_S = 0.01  # the longest the loop is held up at a time
 POLL_S = 0.0002
 WAIT_S = 20.0
+# Cut short: answers too large for the sockets' buffers to hold (the kernel would
+# otherwise take all of one before the client leaves, and it would be whole to the
+# server), of which the client reads the first CUT_AT bytes.
+HUGE = "ds/huge.bin"
+HUGE_BYTES = 48 << 20
+HUGE_CHUNK = 4 << 20
+CUTS = 10
+CUT_AT = 1 << 20
 
 AccessLines = Callable[[], list[dict[str, Any]]]
 
@@ -92,18 +101,20 @@ async def loop_paused_while_answers_go(closed: mmap.mmap) -> AsyncIterator[None]
 
 
 async def hang_up_after_reading(
-    url: str, target: str, byte_range: str, tmp_path: Path
+    url: str, target: str, byte_range: str, tmp_path: Path, rounds: int = ROUNDS,
+    keep: int | None = None,
 ) -> list[tuple[int, int]]:
-    """:data:`ROUNDS` answers read whole by :mod:`tests.support.hangup_client`, each
-    connection closed by the client the moment its answer is in, while the loop keeps
-    the interpreter: (status, bytes) each."""
+    """``rounds`` answers read whole (or their first ``keep`` bytes) by
+    :mod:`tests.support.hangup_client`, each connection closed by the client the moment
+    it has them, while the loop is held up: (status, bytes) each."""
     counter = tmp_path / "closed.u64"
     counter.write_bytes(bytes(CLOSED_BYTES))
     with counter.open("r+b") as f, mmap.mmap(f.fileno(), CLOSED_BYTES) as closed:
         async with loop_paused_while_answers_go(closed):
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "tests.support.hangup_client", url, target, byte_range,
-                str(ROUNDS), str(counter), stdout=asyncio.subprocess.PIPE,
+                str(rounds), str(counter), *([] if keep is None else [str(keep)]),
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, cwd=Path(__file__).parents[2],
             )
             try:
@@ -122,6 +133,20 @@ async def metrics(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
     return {m[1]: float(m[2]) for m in re.finditer(r"^(\S+) (\S+)$", text, re.M)}
 
 
+async def hangups_reach(
+    http: aiohttp.ClientSession, url: str, name: str, value: float
+) -> dict[str, float]:
+    """The server's metrics once ``name`` (its hang-ups) reaches ``value``, or after
+    :data:`WAIT_S` (the test then fails on them)."""
+    seen = await metrics(http, url)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(WAIT_S):
+            while seen.get(name, 0.0) < value:
+                await asyncio.sleep(0.05)
+                seen = await metrics(http, url)
+    return seen
+
+
 async def logged(access_log: AccessLines, target: str, since: int) -> list[tuple[int, int]]:
     """(status, bytes) of each line logged for ``target`` after the first ``since``
     lines, once there are :data:`ROUNDS` of them (or :data:`WAIT_S` went by: the test
@@ -136,6 +161,13 @@ async def logged(access_log: AccessLines, target: str, since: int) -> list[tuple
                     break
                 await asyncio.sleep(0.05)
     return lines
+
+
+def huge(root: Path) -> None:
+    """:data:`HUGE` under ``root``: sparse, so its bytes cost no disk."""
+    path = root / HUGE
+    path.touch()
+    os.truncate(path, HUGE_BYTES)
 
 
 def changed(before: dict[str, float], after: dict[str, float], *names: str) -> list[float]:
@@ -165,6 +197,32 @@ async def hub_answers_hung_up_on(
         # Every answer, and the first /metrics request (counted as it came in).
         assert changed(before, after, "hub_requests_total", "hub_bytes_sent_total",
                        "hub_client_hangups_total") == [ROUNDS + 1, ROUNDS * size, 0]
+    finally:
+        await hub.stop()
+
+
+def test_a_hub_answer_cut_short_by_its_client_is_a_hang_up_and_not_logged(
+    dataset: tuple[Path, dict[str, bytes]], access_log: AccessLines, tmp_path: Path,
+) -> None:
+    uvloop.run(hub_answers_cut_short(dataset, access_log, tmp_path))
+
+
+async def hub_answers_cut_short(
+    dataset: tuple[Path, dict[str, bytes]], access_log: AccessLines, tmp_path: Path,
+) -> None:
+    huge(dataset[0])
+    hub = await start_hub(HubConfig(root=str(dataset[0]), chunk_size=HUGE_CHUNK))
+    try:
+        async with aiohttp.ClientSession() as http:
+            before, since = await metrics(http, hub.url), len(access_log())
+            target = f"/objects/{HUGE}"
+            read = await hang_up_after_reading(
+                hub.url, target, f"bytes=0-{HUGE_BYTES - 1}", tmp_path, CUTS, CUT_AT)
+            assert read == [(206, CUT_AT)] * CUTS
+            name = "hub_client_hangups_total"
+            after = await hangups_reach(http, hub.url, name, before.get(name, 0.0) + CUTS)
+            assert changed(before, after, name) == [CUTS]
+            assert [line for line in access_log()[since:] if line["path"] == target] == []
     finally:
         await hub.stop()
 
@@ -199,6 +257,41 @@ async def spoke_answers_hung_up_on(
         hits = 'spoke_read_seconds_count{cache="hit",front="http"}'
         assert changed(before, after, "spoke_served_hit_bytes_total", hits,
                        "spoke_client_hangups_total") == [ROUNDS * size, ROUNDS, 0]
+    finally:
+        if spoke is not None:
+            await spoke.stop()
+        await hub.stop()
+
+
+def test_a_warm_spoke_answer_cut_short_by_its_client_is_a_hang_up_and_not_logged(
+    dataset: tuple[Path, dict[str, bytes]], access_log: AccessLines, tmp_path: Path,
+) -> None:
+    uvloop.run(spoke_answers_cut_short(dataset, access_log, tmp_path))
+
+
+async def spoke_answers_cut_short(
+    dataset: tuple[Path, dict[str, bytes]], access_log: AccessLines, tmp_path: Path,
+) -> None:
+    huge(dataset[0])
+    hub = await start_hub(HubConfig(root=str(dataset[0]), chunk_size=HUGE_CHUNK))
+    spoke = None
+    try:
+        spoke = await start_spoke(SpokeConfig(
+            hub_url=hub.url, cache_dir=str(tmp_path / "cache"), capacity_bytes=2 * HUGE_BYTES,
+        ))
+        target = f"/objects/{HUGE}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{spoke.url}{target}") as resp:
+                assert len(await resp.read()) == HUGE_BYTES
+            await settled_stats(http, spoke.url)
+            before, since = await metrics(http, spoke.url), len(access_log())
+            read = await hang_up_after_reading(
+                spoke.url, target, f"bytes=0-{HUGE_BYTES - 1}", tmp_path, CUTS, CUT_AT)
+            assert read == [(206, CUT_AT)] * CUTS
+            name = "spoke_client_hangups_total"
+            after = await hangups_reach(http, spoke.url, name, before.get(name, 0.0) + CUTS)
+            assert changed(before, after, name) == [CUTS]
+            assert [line for line in access_log()[since:] if line["path"] == target] == []
     finally:
         if spoke is not None:
             await spoke.stop()
