@@ -220,16 +220,20 @@ class FastObjects:
                 return await self._sendfile_here(conn, fd, r, status)
             owned = False  # the thread closes the file once it is done with it
             stop = threading.Event()
-            sending = asyncio.get_running_loop().run_in_executor(
-                sendfile_pool(), _send_and_close, sock, fd, r, stop)
+            job = sendfile_pool().submit(_send_and_close, sock, fd, r, stop)
+            sending = asyncio.wrap_future(job)
             try:
                 sent = await asyncio.shield(sending)
             except asyncio.CancelledError:
-                # The client went away. Perhaps once it had every byte: the thread sent
+                stop.set()
+                if job.cancel():  # still queued: nothing sent, and the thread never will
+                    os.close(sock)
+                    os.close(fd)
+                    raise
+                # The client went away, perhaps once it had every byte: the thread sent
                 # them, the client read them and closed before this resumed. Told to
                 # stop, the thread ends within its poll's wait; a whole answer is then
                 # counted and logged like any other.
-                stop.set()
                 await asyncio.wait([sending])
                 if sending.cancelled() or sending.exception() is not None \
                         or sending.result() != r.length:

@@ -21,6 +21,7 @@ import json
 import mmap
 import os
 import re
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -32,6 +33,7 @@ import pytest
 import uvloop
 
 from hub.config import HubConfig
+from hub.handlers import SENDFILE_THREADS
 from service import logs
 from service.access_buffer import AccessBuffer, OrderedStreamHandler
 from spoke.config import SpokeConfig
@@ -295,4 +297,53 @@ async def spoke_answers_cut_short(
     finally:
         if spoke is not None:
             await spoke.stop()
+        await hub.stop()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def stalled_client(
+    url: str, target: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection whose answer's head came and whose body is not read: its sendfile
+    thread waits on the full socket."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+    return reader, writer
+
+
+async def test_a_hub_answer_waiting_for_a_sendfile_thread_lets_go_of_its_files_on_a_hang_up(
+    dataset: tuple[Path, dict[str, bytes]],
+) -> None:
+    huge(dataset[0])
+    hub = await start_hub(HubConfig(root=str(dataset[0]), chunk_size=HUGE_CHUNK))
+    target = f"/objects/{HUGE}"
+    stalled = []
+    try:
+        # Every sendfile thread busy with a client that does not read.
+        for _ in range(SENDFILE_THREADS):
+            stalled.append(await stalled_client(hub.url, target))
+        before = open_fds()
+        _, writer = await stalled_client(hub.url, target)  # its answer waits for a thread
+        writer.close()
+        await writer.wait_closed()
+        now = open_fds()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WAIT_S):
+                while now != before:
+                    await asyncio.sleep(0.05)
+                    now = open_fds()
+        # Its socket, and the copies of socket and file its thread would have closed.
+        assert now == before
+    finally:
+        for _, w in stalled:
+            w.close()
         await hub.stop()
