@@ -86,20 +86,19 @@ async def loop_paused_while_answers_go(closed: mmap.mmap) -> AsyncIterator[None]
     pausing = True
 
     def pause() -> None:
-        nonlocal handle
+        if not pausing:  # over: the counter may be gone
+            return
         until = time.monotonic() + PAUSE_S
         seen = closed[:CLOSED_BYTES]
         while time.monotonic() < until and closed[:CLOSED_BYTES] == seen:
             time.sleep(POLL_S)
-        if pausing:
-            handle = loop.call_soon(pause)
+        loop.call_soon(pause)
 
-    handle = loop.call_soon(pause)
+    loop.call_soon(pause)
     try:
         yield
     finally:
         pausing = False
-        handle.cancel()
 
 
 async def hang_up_after_reading(
