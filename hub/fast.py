@@ -49,7 +49,7 @@ from protocol.paths import validate_path
 from protocol.ranges import ByteRange
 from protocol.response import Representation, ResponsePlan, plan_response
 from service.auth import GUARD
-from service.fast import FastConnection, Reply
+from service.fast import FastConnection, Reply, finish_after_hang_up
 from service.limits import LIMIT
 
 OBJECTS = "/objects/"
@@ -220,9 +220,26 @@ class FastObjects:
                 return await self._sendfile_here(conn, fd, r, status)
             owned = False  # the thread closes the file once it is done with it
             stop = threading.Event()
+            job = sendfile_pool().submit(_send_and_close, sock, fd, r, stop)
+            sending = asyncio.wrap_future(job)
             try:
-                sent = await asyncio.get_running_loop().run_in_executor(
-                    sendfile_pool(), _send_and_close, sock, fd, r, stop)
+                sent = await asyncio.shield(sending)
+            except asyncio.CancelledError:
+                stop.set()
+                if job.cancel():  # still queued: nothing sent, and the thread never will
+                    os.close(sock)
+                    os.close(fd)
+                    raise
+                # The client went away, perhaps once it had every byte: the thread sent
+                # them, the client read them and closed before this resumed. Told to
+                # stop, the thread ends within its poll's wait; a whole answer is then
+                # counted and logged like any other.
+                await asyncio.wait([sending])
+                if sending.cancelled() or sending.exception() is not None \
+                        or sending.result() != r.length:
+                    raise
+                sent = r.length
+                finish_after_hang_up()
             finally:
                 stop.set()  # cancelled (the client went away): the thread stops too
             self.stats.bytes_sent += sent

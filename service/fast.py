@@ -215,6 +215,7 @@ class FastProtocol(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.idle_since: float | None = time.monotonic()
         self._counted = False
+        self._lost = False  # the client went away while an answer was under way
         self._answered = 0  # requests answered on this connection
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
@@ -256,7 +257,10 @@ class FastProtocol(asyncio.Protocol):
             self.server.limits.close(self.client, self)
         self.server.connections.discard(self)
         if self.task is not None:
-            self.server.front.hung_up(self.client)
+            # Counted as a hang-up by the task, unless its answer turns out whole: the
+            # last bytes may have gone (from a thread, or a drained buffer) before the
+            # task could resume to count them (see finish_after_hang_up).
+            self._lost = True
             self.task.cancel()
         self._wake_writer(ConnectionResetError("connection lost"))
 
@@ -504,6 +508,8 @@ class FastProtocol(asyncio.Protocol):
             self.abort()
             return
         except asyncio.CancelledError:
+            if self._lost:
+                self.server.front.hung_up(self.client)
             self.abort()
             raise
         except Exception:
@@ -577,7 +583,15 @@ class FastProtocol(asyncio.Protocol):
     async def _until_drained(self) -> None:
         if self._drained is None:
             self._drained = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._drained)
+        drained = self._drained
+        try:
+            await asyncio.shield(drained)
+        except asyncio.CancelledError:
+            if not drained.done() or drained.cancelled() or drained.exception() is not None:
+                raise
+            # Everything written had gone to the kernel when the client hung up: an
+            # answer that ended with this write is whole, and its caller counts it.
+            finish_after_hang_up()
 
     def _wake_writer(self, exc: BaseException | None) -> None:
         waiter, self._drained = self._drained, None
@@ -611,6 +625,17 @@ class FastProtocol(asyncio.Protocol):
         if fd is not None:
             asyncio.get_running_loop().remove_writer(fd)
             os.close(fd)
+
+
+def finish_after_hang_up() -> None:
+    """For a handler that caught the CancelledError of a hang-up (its client closed the
+    connection) once its answer's bytes had all gone: it goes on to count its answer and
+    return its :class:`Reply`, so the answer is logged; whatever it waits on next is
+    cancelled (the connection is gone: nothing more can be sent)."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+        task.cancel()  # delivered at the task's next wait, or marks it cancelled at its end
 
 
 def _set_once(waiter: asyncio.Future[None]) -> None:
