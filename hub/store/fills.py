@@ -12,7 +12,12 @@ for (ETag and Content-Range checked, If-Match sent), and the head goes only with
 body's first bytes. Whatever else happens before then (a 412, a 404, a throttle, a store
 unreachable, a body failing before its first byte) is declined with nothing sent, and
 aiohttp answers the request from the start, its retries and problem answers included.
-A body cut after the head is a cut answer, never a padded one.
+A body cut after the head is a cut answer, never a padded one. A fill made before the
+spoke has the manifest names no version: it is pinned to the one a HEAD finds, as the
+handler pins it.
+
+A spoke's chunk connections carry fills only (spoke.upstream.hub), so they stay on this
+path; a connection that carries anything else goes to aiohttp for good (service.fast).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from aiohttp import web
 
+from hub.backend import ObjectInfo
 from hub.fast import OBJECTS, PLANNED_FIELDS, FastFront, head_fields, representation_of
 from hub.relay import NotSent, StoreCut, relay_blocking
 from hub.stats import HubStats
@@ -48,6 +54,8 @@ class FillStore(Protocol):
     @property
     def executor(self) -> ThreadPoolExecutor: ...
 
+    def stat(self, path: str) -> ObjectInfo: ...
+
     def open_fill(
         self, path: str, if_match: str | None, range_value: str | None
     ) -> S3Object | None: ...
@@ -58,7 +66,7 @@ class Fill:
     """One chunk fill as the loop hands it to a store thread."""
 
     path: str
-    if_match: str
+    if_match: str | None  # None: a fill made before the manifest, of the current version
     range_value: str
     headers: Headers  # the request's fields (never changed once read)
     head_end: str  # the connection's fields that end every head (Date, request id...)
@@ -74,7 +82,7 @@ class FastStoreFills(FastFront):
     def __call__(self, head: RequestHead, conn: FastConnection) -> Awaitable[Reply | None] | None:
         fields = head.headers
         if head.method != "GET" or not head.target.startswith(OBJECTS) \
-                or "if-match" not in fields or "range" not in fields \
+                or "range" not in fields \
                 or not PLANNED_FIELDS.issuperset(fields):
             return None
         path = self._admit(head, conn)
@@ -84,7 +92,7 @@ class FastStoreFills(FastFront):
         if sock_fd is None:  # TLS, or bytes still queued: aiohttp's way
             self._release(conn)
             return None
-        fill = Fill(path, fields["if-match"], fields["range"], fields,
+        fill = Fill(path, fields.get("if-match"), fields["range"], fields,
                     conn.head_end(head.keep_alive))
         return self._finish(self._fill(fill, sock_fd, conn), conn)
 
@@ -115,7 +123,15 @@ def fill_blocking(backend: FillStore, fill: Fill, sock_fd: int, stop: threading.
     failed before its body's first byte)."""
     owned = True
     try:
-        obj = backend.open_fill(fill.path, fill.if_match, fill.range_value)
+        etag = fill.if_match
+        if etag is None:
+            # A spoke's fill made before it has the manifest (spoke.cache.early) names
+            # no version: the current one, by a HEAD, is the one its GET is pinned to.
+            try:
+                etag = backend.stat(fill.path).etag
+            except ProtocolError:
+                return None  # a 404, a store unavailable: aiohttp's answer
+        obj = backend.open_fill(fill.path, etag, fill.range_value)
         if obj is None:
             return None
         try:

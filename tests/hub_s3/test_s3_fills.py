@@ -156,7 +156,8 @@ async def test_what_the_store_does_not_answer_with_the_range_aiohttp_answers_wit
     cases: list[tuple[bytes, int, bytes]] = [
         (fill(BIG, '"stale"', 0, 10), 412, b""),  # rclone ignores If-Match: the hub does not
         (fill("ds/nope.bin", etag, 0, 10), 404, b""),
-        (request(f"/objects/{BIG}", "Range: bytes=0-9"), 206, data[:10]),  # no version named
+        (request(f"/objects/{BIG}", "Range: bytes=-10"), 206, data[-10:]),  # not bytes=a-b
+        (request(f"/objects/{BIG}", "Range: bytes=0-9,20-29"), 206, b""),  # multipart
     ]
     for data_sent, status, body in cases:
         reader, writer = await connect(fills_hub.url)
@@ -174,6 +175,23 @@ async def test_what_the_store_does_not_answer_with_the_range_aiohttp_answers_wit
     writer.close()
     assert (answer.status, answer.complete, answer.body) == (206, True, data[CHUNK:2 * CHUNK])
     assert await fills_hub.took() == [False]
+
+
+async def test_a_fill_that_names_no_version_is_pinned_to_the_one_a_head_finds(
+    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+) -> None:
+    data = bucket.contents[BIG]
+    etag = await etag_of(fills_hub, BIG)
+    key = f"/{BUCKET}/{PREFIX}/{BIG}"
+    heads, gets = proxy.faults.heads[key], proxy.faults.gets[key]
+    fast = await head_and_body(fills_hub.url, request(f"/objects/{BIG}", "Range: bytes=5-99"))
+    assert await fills_hub.took() == [True]
+    slow = await head_and_body(
+        fills_hub.url, request(f"/objects/{BIG}", "Range: bytes=5-99", "X-Not: 1"))
+    assert await fills_hub.took() == [False]
+    assert fast == slow and fast[1] == data[5:100]
+    assert (proxy.faults.heads[key], proxy.faults.gets[key]) == (heads + 2, gets + 2)
+    assert proxy.faults.pins[-2][0] == etag  # the fast path's GET, pinned to the HEAD's
 
 
 async def test_a_store_failing_before_the_first_byte_leaves_the_fill_to_aiohttp(
