@@ -14,6 +14,7 @@ import pytest
 from hub.app import make_app
 from hub.config import HubConfig
 from hub.roots import open_backend
+from hub.store.plain import PlainGets
 from loadtest.s3_stores import S3Store
 from protocol.http1 import RequestHead
 from service.fast import FAST, FastConnection, Reply
@@ -244,3 +245,32 @@ async def test_fills_on_one_connection_reuse_one_store_connection(
     writer.close()
     assert await fills_hub.took() == [True, True, True]
     assert len(proxy.faults.peers) == 1
+
+
+async def test_a_fill_on_a_store_connection_the_store_closed_goes_again_on_a_new_one(
+    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+) -> None:
+    data = bucket.contents[BIG]
+    etag = await etag_of(fills_hub, BIG)
+    key = f"/{BUCKET}/{PREFIX}/{BIG}"
+    first = await head_and_body(fills_hub.url, fill(BIG, etag, 0, CHUNK))
+    assert first[1] == data[:CHUNK]
+    proxy.faults.peers.clear()
+    await proxy.close_connections()  # the hub's kept store connection is closed under it
+    gets = proxy.faults.gets[key]
+    again = await head_and_body(fills_hub.url, fill(BIG, etag, CHUNK, 2 * CHUNK))
+    assert again[1] == data[CHUNK:2 * CHUNK]
+    assert await fills_hub.took() == [True, True]  # on the fast path both times
+    assert proxy.faults.gets[key] == gets + 1 and len(proxy.faults.peers) == 1
+
+
+def test_only_a_plain_http_store_without_a_proxy_gets_the_hubs_own_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert PlainGets.for_endpoint("http://127.0.0.1:9000", None, 5) is not None
+    assert PlainGets.for_endpoint("https://s3.example.com", None, 5) is None  # TLS: botocore's
+    assert PlainGets.for_endpoint("http://127.0.0.1:9000", {"http": "http://p:3128"}, 5) is None
+    monkeypatch.setenv("http_proxy", "http://proxy.example:3128")
+    assert PlainGets.for_endpoint("http://127.0.0.1:9000", None, 5) is None
