@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from hub.app import make_app
@@ -19,10 +20,12 @@ from loadtest.s3_stores import S3Store
 from protocol.http1 import RequestHead
 from service.fast import FAST, FastConnection, Reply
 from service.runner import start_site
+from spoke.config import SpokeConfig
 from tests.hub_s3.conftest import BUCKET, CHUNK, PREFIX, TIMEOUT_S, Bucket
 from tests.hub_s3.store_proxy import StoreProxy
+from tests.support.http import fetch
 from tests.support.raw_http import connect, read_answer, request
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, start_spoke
 
 BIG = "ds/big.bin"  # 40 chunks and 7 bytes
 LARGE = "ds/large.bin"  # written by the tests that need a body spliced off the socket
@@ -274,3 +277,24 @@ def test_only_a_plain_http_store_without_a_proxy_gets_the_hubs_own_connections(
     assert PlainGets.for_endpoint("http://127.0.0.1:9000", {"http": "http://p:3128"}, 5) is None
     monkeypatch.setenv("http_proxy", "http://proxy.example:3128")
     assert PlainGets.for_endpoint("http://127.0.0.1:9000", None, 5) is None
+
+
+async def test_a_spokes_cold_reads_through_the_hub_are_fast_path_fills(
+    fills_hub: FillsHub, bucket: Bucket, tmp_path: Path
+) -> None:
+    spoke = await start_spoke(SpokeConfig(
+        hub_url=fills_hub.url, cache_dir=str(tmp_path / "cache"), capacity_bytes=64 << 20,
+    ))
+    try:
+        async with aiohttp.ClientSession() as http:
+            for path in (BIG, "ds/partial.bin"):
+                status, _, body = await fetch(http, f"{spoke.url}/objects/{path}")
+                assert (status, body) == (200, bucket.contents[path]), path
+    finally:
+        await spoke.stop()
+    taken = await fills_hub.took()
+    # The spoke's manifests and the like go aiohttp's way, on its session's connections;
+    # its chunk fills, on connections of their own, every one the fast path's.
+    chunks = -(-len(bucket.contents[BIG]) // CHUNK) + -(-len(bucket.contents["ds/partial.bin"])
+                                                         // CHUNK)
+    assert taken.count(True) >= chunks, taken  # (a first chunk may be asked twice: early)
