@@ -11,6 +11,7 @@ from hub.fast import FastObjects
 from hub.manifests import ManifestCache
 from hub.roots import digest_store_for, open_backend
 from hub.stats import HubStats
+from hub.store.fills import FastStoreFills, FillStore
 from service import auth, front, limits, logs
 from service.auth import Access, RouteTable
 from service.cli import environ
@@ -52,8 +53,12 @@ def make_app(config: HubConfig, backend: Backend | None = None,
 
         app.on_cleanup.append(close_index)
     app[handlers.STATS] = stats
-    if isinstance(backend, FilesystemBackend):  # other backends have no file to send
-        fast: FastHandler = FastObjects(app, backend, stats)
+    fast: FastHandler | None = None
+    if isinstance(backend, FilesystemBackend):
+        fast = FastObjects(app, backend, stats)
+    elif isinstance(backend, FillStore):  # an object store's: a spoke's chunk fills
+        fast = FastStoreFills(app, backend, stats)
+    if fast is not None:
         app[FAST] = fast
     auth.install(app, auth.make_guard(
         config.auth_secret_file, config.auth_previous_secret_file, routes(config)

@@ -79,27 +79,18 @@ MAX_OPEN_FILES = 256
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
 
 
-class FastObjects:
-    """The hub app's :data:`service.fast.FastHandler`, over a filesystem backend."""
+class FastFront:
+    """What a fast answer of ``/objects/`` checks first, as aiohttp's middlewares do: a
+    plain target, the token, the client's in-flight limit."""
 
-    def __init__(self, app: web.Application, backend: FilesystemBackend, stats: HubStats) -> None:
+    def __init__(self, app: web.Application, stats: HubStats) -> None:
         self.app = app
-        self.backend = backend
         self.stats = stats
         self._paths: dict[str, str] = {}
-        self._files = OpenFiles(backend)
-        app.on_cleanup.append(self._close_files)
-        self._prefixes: dict[str, tuple[str, bytes]] = {}
-        # False once the filesystem turned out unable to read without waiting: what it
-        # holds is then read in a thread, cached or not.
-        self._nowait = True
 
-    def __call__(
-        self, head: RequestHead, conn: FastConnection
-    ) -> Reply | Awaitable[Reply | None] | None:
-        if head.method not in ("GET", "HEAD") or not head.target.startswith(OBJECTS) \
-                or not PLANNED_FIELDS.issuperset(head.headers):
-            return None
+    def _admit(self, head: RequestHead, conn: FastConnection) -> str | None:
+        """The object ``head`` names, the client's in-flight slot taken for it (given
+        back by :meth:`_release`); None: aiohttp answers it (and counts it)."""
         try:
             path = self._path(head.target)
             self._authorize(head, path)
@@ -109,32 +100,18 @@ class FastObjects:
         if limit is not None and not limit.acquire(conn.client):
             limit.rejected -= 1  # aiohttp answers the 429, and counts it
             return None
-        try:
-            fd, info = self._files.open(path)
-        except (ProtocolError, OSError):
-            if limit is not None:
-                limit.release(conn.client)
-            return None  # aiohttp answers the 404 (or the error)
-        try:
-            answer = self._answer(head, conn, info, fd)
-        except OSError:
-            answer = None  # nothing sent: aiohttp's path meets the error, and answers it
-        if answer is None or isinstance(answer, Reply):
-            if limit is not None:
-                limit.release(conn.client)
-            return answer
-        return self._finish(answer, conn)
+        return path
 
-    async def _close_files(self, _app: web.Application) -> None:
-        self._files.close()
+    def _release(self, conn: FastConnection) -> None:
+        limit = self.app.get(LIMIT)
+        if limit is not None:
+            limit.release(conn.client)
 
     async def _finish(self, answer: Awaitable[Reply | None], conn: FastConnection) -> Reply | None:
         try:
             return await answer
         finally:
-            limit = self.app.get(LIMIT)
-            if limit is not None:
-                limit.release(conn.client)
+            self._release(conn)
 
     def _path(self, target: str) -> str:
         path = self._paths.get(target)
@@ -154,6 +131,46 @@ class FastObjects:
         if guard is not None:
             authorize(guard.authenticate(head.headers.get("Authorization")), path)
 
+
+class FastObjects(FastFront):
+    """The hub app's :data:`service.fast.FastHandler`, over a filesystem backend."""
+
+    def __init__(self, app: web.Application, backend: FilesystemBackend, stats: HubStats) -> None:
+        super().__init__(app, stats)
+        self.backend = backend
+        self._files = OpenFiles(backend)
+        app.on_cleanup.append(self._close_files)
+        self._prefixes: dict[str, tuple[str, bytes]] = {}
+        # False once the filesystem turned out unable to read without waiting: what it
+        # holds is then read in a thread, cached or not.
+        self._nowait = True
+
+    def __call__(
+        self, head: RequestHead, conn: FastConnection
+    ) -> Reply | Awaitable[Reply | None] | None:
+        if head.method not in ("GET", "HEAD") or not head.target.startswith(OBJECTS) \
+                or not PLANNED_FIELDS.issuperset(head.headers):
+            return None
+        path = self._admit(head, conn)
+        if path is None:
+            return None
+        try:
+            fd, info = self._files.open(path)
+        except (ProtocolError, OSError):
+            self._release(conn)
+            return None  # aiohttp answers the 404 (or the error)
+        try:
+            answer = self._answer(head, conn, info, fd)
+        except OSError:
+            answer = None  # nothing sent: aiohttp's path meets the error, and answers it
+        if answer is None or isinstance(answer, Reply):
+            self._release(conn)
+            return answer
+        return self._finish(answer, conn)
+
+    async def _close_files(self, _app: web.Application) -> None:
+        self._files.close()
+
     def _answer(
         self, head: RequestHead, conn: FastConnection, info: ObjectInfo, fd: int
     ) -> Reply | Awaitable[Reply | None] | None:
@@ -162,13 +179,13 @@ class FastObjects:
             start = self._head_prefix(info) + _head_rest(conn, head, r, info.size)
             return self._send(conn, fd, start, r, 206)
         try:
-            plan = plan_response(head.method, head.headers, _representation(info), "",
+            plan = plan_response(head.method, head.headers, representation_of(info), "",
                                  int(time.time()))
         except ProtocolError:
             return None  # 412, 416: aiohttp's answer
         if plan.boundary is not None:
             return None  # multipart: aiohttp checks the boundary against the bytes
-        start = conn.head(plan.status, _headers(plan), head.keep_alive)
+        start = conn.head(plan.status, head_fields(plan), head.keep_alive)
         ranges = plan.ranges
         if head.method == "HEAD" or not ranges:
             conn.writelines([start])
@@ -326,7 +343,7 @@ class FastObjects:
         if known is not None and known[0] == info.etag:
             return known[1]
         now = int(time.time())
-        planned = plan_response("GET", {"Range": "bytes=0-0"}, _representation(info), "", now)
+        planned = plan_response("GET", {"Range": "bytes=0-0"}, representation_of(info), "", now)
         fields = "".join(
             f"{name}: {value}\r\n"
             for name, value in takewhile(lambda h: h[0] != "Content-Range", planned.headers)
@@ -404,11 +421,11 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _representation(info: ObjectInfo) -> Representation:
+def representation_of(info: ObjectInfo) -> Representation:
     return Representation(info.size, info.etag, info.mtime_ns, info.content_type)
 
 
-def _headers(plan: ResponsePlan) -> list[tuple[str, str]]:
+def head_fields(plan: ResponsePlan) -> list[tuple[str, str]]:
     """``plan``'s fields as :func:`service.body.send_plan` sends them."""
     if plan.status == 304:
         return [h for h in plan.headers if h[0] != "Content-Length"]

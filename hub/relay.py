@@ -38,6 +38,15 @@ _SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 class StoreCut(Exception):
     """The store's body ended or failed before the range did: the answer is cut."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.sent = 0  # bytes of the body that went before the cut (set by the relay)
+
+
+class NotSent(Exception):
+    """The store's body failed before any byte of the answer went to the client: the
+    request can still be answered another way."""
+
 
 @runtime_checkable
 class StoreBody(Protocol):
@@ -59,34 +68,53 @@ class StoreBody(Protocol):
 
 
 def relay_blocking(
-    sock_fd: int, body: StoreBody, offset: int, count: int, stop: threading.Event
+    sock_fd: int, body: StoreBody, offset: int, count: int, stop: threading.Event,
+    head: bytes = b"",
 ) -> int:
-    """Send ``count`` bytes of ``body`` from ``offset`` to ``sock_fd``; returns how many.
+    """Send ``head``, then ``count`` bytes of ``body`` from ``offset``, to ``sock_fd``;
+    returns how many of the body's went.
 
-    Owns (and closes) ``sock_fd``, a duplicate of the client's non-blocking socket: waits
-    for room in it with poll, so a slow client holds this thread, not the event loop.
+    ``head`` leaves with the body's first bytes, once the store gave them: a store
+    failing before then raises :class:`NotSent`, nothing sent. Owns (and closes)
+    ``sock_fd``, a duplicate of the client's non-blocking socket: waits for room in it
+    with poll, so a slow client holds this thread, not the event loop.
     """
-    sender = _Sender(sock_fd, stop)
+    sender = _Sender(sock_fd, stop, head)
     try:
-        taken = body.socket_body(offset, count)
-        if taken is not None:
-            buffered, store_fd, timeout = taken
-            try:
-                sender.write(memoryview(buffered))
-                _splice(sender, store_fd, timeout, count - len(buffered))
-            finally:
-                os.close(store_fd)
-            body.moved()
-            return sender.sent
-        buffer = memoryview(bytearray(min(RELAY_BLOCK_BYTES, count)))
-        while sender.sent < count:
-            block = buffer[:min(len(buffer), count - sender.sent)]
-            body.readinto(offset + sender.sent, block)
-            sender.write(block)  # all of it: the buffer is then free for the next block
-        return sender.sent
+        _relay(sender, body, offset, count)
+        return sender.body_sent
+    except ConnectionError:
+        raise  # the client's side
+    except Exception as exc:
+        if not sender.sent:
+            raise NotSent(f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(exc, StoreCut):
+            exc.sent = sender.body_sent
+        raise
     finally:
         with contextlib.suppress(OSError):
             os.close(sock_fd)
+
+
+def _relay(sender: _Sender, body: StoreBody, offset: int, count: int) -> None:
+    taken = body.socket_body(offset, count)
+    if taken is not None:
+        buffered, store_fd, timeout = taken
+        try:
+            if buffered:
+                sender.write(memoryview(buffered))
+            _splice(sender, store_fd, timeout, count - len(buffered))
+        finally:
+            os.close(store_fd)
+        body.moved()
+        return
+    buffer = memoryview(bytearray(min(RELAY_BLOCK_BYTES, count)))
+    done = 0
+    while done < count:
+        block = buffer[:min(len(buffer), count - done)]
+        body.readinto(offset + done, block)
+        sender.write(block)  # all of it: the buffer is then free for the next block
+        done += len(block)
 
 
 def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -> None:
@@ -116,22 +144,39 @@ def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -
 
 
 class _Sender:
-    """Writes to the client's non-blocking socket, waiting (bounded) for room in it."""
+    """Writes to the client's non-blocking socket, waiting (bounded) for room in it;
+    ``head`` first, just before the first bytes of the body."""
 
-    def __init__(self, sock_fd: int, stop: threading.Event) -> None:
+    def __init__(self, sock_fd: int, stop: threading.Event, head: bytes = b"") -> None:
         self.sock_fd = sock_fd
         self.stop = stop
         self.sent = 0
+        self.head = head
+        self.head_bytes = len(head)
         self.poller = select.poll()
         self.poller.register(sock_fd, select.POLLOUT)
 
+    @property
+    def body_sent(self) -> int:
+        return max(0, self.sent - self.head_bytes)
+
+    def _head_first(self) -> None:
+        head, self.head = self.head, b""
+        if head:
+            self._write(memoryview(head))
+
     def write(self, block: memoryview) -> None:
+        self._head_first()
+        self._write(block)
+
+    def _write(self, block: memoryview) -> None:
         done = 0
         while done < len(block):
             done += self._move(functools.partial(os.write, self.sock_fd, block[done:]))
 
     def splice_from(self, pipe_fd: int, count: int) -> None:
         """Move ``count`` bytes waiting in ``pipe_fd`` to the client."""
+        self._head_first()
         done = 0
         while done < count:
             done += self._move(

@@ -53,8 +53,9 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from hub.backend import NoSuchObject, ObjectInfo
 from hub.manifests import ObjectChanged
+from hub.store.plain import PlainGets
 from hub.store.url import StoreRoot
-from protocol.conditional import NS
+from protocol.conditional import NS, parse_http_date
 from protocol.errors import ProtocolError, no_object
 from protocol.paths import validate_path, validate_prefix
 from protocol.ranges import parse_content_range
@@ -189,6 +190,10 @@ class S3Backend:
         self._presigned: TTLCache[str, str] = TTLCache(PRESIGNED_KEYS, PRESIGNED_REUSE_S)
         self._presigned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        config = client.meta.config
+        # A store over plain HTTP, no proxy: fills' GETs skip botocore's and urllib3's send.
+        self._plain = PlainGets.for_endpoint(self.endpoint, config.proxies,
+                                             float(config.read_timeout))
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -266,11 +271,10 @@ class S3Backend:
         streaming. Anything else, and any answer but that range (412, 416, 404), goes
         the way of :meth:`open`, whose HEAD lets the hub answer it as for a file.
         """
-        etag = _strong_etag(if_match) if if_match and if_match.startswith('"') else None
-        match = _ONE_RANGE.fullmatch(range_value or "")
-        if etag is None or match is None or int(match[1]) > int(match[2]):
+        fill = _fill_request(if_match, range_value)
+        if fill is None:
             return self.open(path)
-        start = int(match[1])
+        etag, start = fill
         fast = self._presigned_get(path, range_value or "", etag)
         if fast is not None:
             status, headers, body = fast
@@ -289,18 +293,36 @@ class S3Backend:
                        "Content-Length": answer.get("ContentLength", -1),
                        "x-amz-version-id": answer.get("VersionId"),
                        "Last-Modified": answer.get("LastModified")}
+        obj = self._answered(path, start, status, headers, body)
+        return obj if obj is not None else self.open(path)
+
+    def open_fill(
+        self, path: str, if_match: str | None, range_value: str | None
+    ) -> S3Object | None:
+        """A spoke's chunk fill as one presigned GET, its range already streaming; None
+        when the request is not one, or the store's answer is not that range (nothing
+        else is asked of the store: :meth:`open_for_request` answers those)."""
+        fill = _fill_request(if_match, range_value)
+        if fill is None:
+            return None
+        etag, start = fill
+        fast = self._presigned_get(path, range_value or "", etag)
+        return None if fast is None else self._answered(path, start, *fast)
+
+    def _answered(
+        self, path: str, start: int, status: int, headers: Mapping[str, Any], body: Any
+    ) -> S3Object | None:
+        """The object a GET of one range from ``start`` answered, reading its body;
+        None (the body closed) unless it is that range, of a version with a strong ETag."""
         got = parse_content_range(str(headers.get("Content-Range", "")))
         answer_etag = _strong_etag(headers.get("ETag"))
         if (status not in (200, 206) or got is None or got.range is None or got.size is None
                 or got.range.start != start or answer_etag is None
                 or _int(headers.get("Content-Length")) != got.range.length):
             body.close()
-            return self.open(path)
+            return None
         version = headers.get("x-amz-version-id")
-        modified = headers.get("Last-Modified")
-        if isinstance(modified, str):
-            modified = parse_timestamp(modified)
-        info = ObjectInfo(path, got.size, answer_etag, _mtime_ns({"LastModified": modified}))
+        info = ObjectInfo(path, got.size, answer_etag, _answer_mtime_ns(headers))
         obj = S3Object(self, info, version if isinstance(version, str) and version != "null"
                        else None)
         obj.adopt(body, start, got.range.stop)
@@ -331,15 +353,22 @@ class S3Backend:
                     ExpiresIn=PRESIGNED_EXPIRES_S)
                 with self._presigned_lock:
                     self._presigned[key] = url
-            request = AWSRequest(method="GET", url=url, stream_output=True,
-                                 headers={"Range": range_value, "If-Match": etag})
-            response = session.send(request.prepare())
+            fields = {"Range": range_value, "If-Match": etag}
+            if self._plain is not None:
+                answer = self._plain.get(url, fields)
+                if answer is None:
+                    return None
+                status, headers, body = answer
+            else:
+                request = AWSRequest(method="GET", url=url, stream_output=True, headers=fields)
+                response = session.send(request.prepare())
+                status, headers, body = response.status_code, response.headers, response.raw
         except (BotoCoreError, Urllib3Error, OSError, ValueError):
             return None
-        if response.status_code not in (200, 206):
-            response.raw.close()
+        if status not in (200, 206):
+            body.close()
             return None
-        return response.status_code, response.headers, response.raw
+        return status, headers, body
 
     def still_current(self, info: ObjectInfo) -> bool:
         try:
@@ -397,6 +426,29 @@ class S3Backend:
         return ObjectInfo(path, int(item["Size"]), etag, _mtime_ns(item))
 
 
+def _answer_mtime_ns(headers: Mapping[str, Any]) -> int:
+    """An answer's Last-Modified: a datetime (botocore's parse) or the field as sent,
+    read as the HTTP-date it is (dateutil's every-format parser costs a chunk fill more
+    than the rest of its headers) and any other format by botocore's parse."""
+    modified = headers.get("Last-Modified")
+    if isinstance(modified, str):
+        seconds = parse_http_date(modified)
+        if seconds is not None:
+            return seconds * NS
+        modified = parse_timestamp(modified)
+    return _mtime_ns({"LastModified": modified})
+
+
+def _fill_request(if_match: str | None, range_value: str | None) -> tuple[str, int] | None:
+    """The version (a strong ETag) and first byte a spoke's chunk fill names; None if
+    the request is not one (no ``If-Match``, not one ``bytes=a-b`` range)."""
+    etag = _strong_etag(if_match) if if_match and if_match.startswith('"') else None
+    match = _ONE_RANGE.fullmatch(range_value or "")
+    if etag is None or match is None or int(match[1]) > int(match[2]):
+        return None
+    return etag, int(match[1])
+
+
 def _unavailable(exc: Exception, path: str) -> StoreUnavailable:
     return StoreUnavailable(f"object store unavailable reading {path!r}: {type(exc).__name__}")
 
@@ -427,6 +479,11 @@ class S3Object:
         self._body: Any = None
         self._body_at = 0
         self._lock = threading.Lock()
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """The span announced or adopted: ``[start, stop)`` of the GET it reads from."""
+        return self._span
 
     def will_read(self, start: int, stop: int) -> None:
         """The next reads are of ``[start, stop)``, in order (no I/O until the first)."""

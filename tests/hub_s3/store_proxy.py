@@ -74,6 +74,21 @@ class StoreProxy:
         if session is not None:
             await session.close()
 
+    async def close_connections(self) -> None:
+        """Close every connection clients hold to the store (idle ones, kept alive), as a
+        store does once they have idled long enough; returns once they are closed."""
+        assert self._runner is not None and self._runner.server is not None
+        server = self._runner.server
+        for handler in server.connections:
+            handler.force_close()
+            if handler.transport is not None:
+                handler.transport.close()
+        async with asyncio.timeout(10):
+            while True:
+                if not server.connections:
+                    return
+                await asyncio.sleep(0.01)  # polled: the server drops each as it closes
+
     async def _gather(self) -> None:
         faults = self.faults
         faults.held += 1

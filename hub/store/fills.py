@@ -1,0 +1,160 @@
+"""A spoke's chunk fill from an object store, answered on the fast path (no aiohttp).
+
+The hot path of a hub over a store is one request: ``GET /objects/{path}`` of one
+``bytes=a-b`` range with ``If-Match`` naming the version. Through aiohttp it costs its
+request machinery and three trips from the loop to a thread and back (the store's GET,
+the relay, the close), each a wait for a core on a busy machine. Here it is one trip:
+one store thread sends the presigned GET, plans the answer from the store's (as the aiohttp
+handler plans it), and sends the head and the body by :func:`hub.relay.relay_blocking`.
+
+The rules are the handler's: the store's answer must be the range of the version asked
+for (ETag and Content-Range checked, If-Match sent), and the head goes only with the
+body's first bytes. Whatever else happens before then (a 412, a 404, a throttle, a store
+unreachable, a body failing before its first byte) is declined with nothing sent, and
+aiohttp answers the request from the start, its retries and problem answers included.
+A body cut after the head is a cut answer, never a padded one. A fill made before the
+spoke has the manifest names no version: it is pinned to the one a HEAD finds, as the
+handler pins it.
+
+A spoke's chunk connections carry fills only (spoke.upstream.hub), so they stay on this
+path; a connection that carries anything else goes to aiohttp for good (service.fast).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from aiohttp import web
+
+from hub.backend import ObjectInfo
+from hub.fast import OBJECTS, PLANNED_FIELDS, FastFront, head_fields, representation_of
+from hub.relay import NotSent, StoreCut, relay_blocking
+from hub.stats import HubStats
+from protocol.errors import ProtocolError
+from protocol.http1 import Headers, RequestHead
+from protocol.response import plan_response
+from service.fast import FastConnection, Reply
+
+if TYPE_CHECKING:  # botocore is imported only by a hub that serves a store
+    from hub.store.s3 import S3Object
+
+
+@runtime_checkable
+class FillStore(Protocol):
+    """A backend that opens a spoke's chunk fill with one request (an object store's,
+    :class:`hub.store.s3.S3Backend`)."""
+
+    @property
+    def executor(self) -> ThreadPoolExecutor: ...
+
+    def stat(self, path: str) -> ObjectInfo: ...
+
+    def open_fill(
+        self, path: str, if_match: str | None, range_value: str | None
+    ) -> S3Object | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """One chunk fill as the loop hands it to a store thread."""
+
+    path: str
+    if_match: str | None  # None: a fill made before the manifest, of the current version
+    range_value: str
+    headers: Headers  # the request's fields (never changed once read)
+    head_end: str  # the connection's fields that end every head (Date, request id...)
+
+
+class FastStoreFills(FastFront):
+    """The hub app's :data:`service.fast.FastHandler` over an object store: chunk fills."""
+
+    def __init__(self, app: web.Application, backend: FillStore, stats: HubStats) -> None:
+        super().__init__(app, stats)
+        self.backend = backend
+
+    def __call__(self, head: RequestHead, conn: FastConnection) -> Awaitable[Reply | None] | None:
+        fields = head.headers
+        if head.method != "GET" or not head.target.startswith(OBJECTS) \
+                or "range" not in fields \
+                or not PLANNED_FIELDS.issuperset(fields):
+            return None
+        path = self._admit(head, conn)
+        if path is None:
+            return None
+        sock_fd = conn.socket_copy()
+        if sock_fd is None:  # TLS, or bytes still queued: aiohttp's way
+            self._release(conn)
+            return None
+        fill = Fill(path, fields.get("if-match"), fields["range"], fields,
+                    conn.head_end(head.keep_alive))
+        return self._finish(self._fill(fill, sock_fd, conn), conn)
+
+    async def _fill(self, fill: Fill, sock_fd: int, conn: FastConnection) -> Reply | None:
+        stop = threading.Event()
+        try:
+            sent = await asyncio.get_running_loop().run_in_executor(
+                self.backend.executor, fill_blocking, self.backend, fill, sock_fd, stop)
+        except (StoreCut, ProtocolError) as exc:
+            conn.abort()  # the head went: cut the answer, never pad it
+            sent = exc.sent if isinstance(exc, StoreCut) else 0
+            self.stats.requests += 1
+            self.stats.bytes_sent += sent
+            return Reply(206, sent)
+        finally:
+            stop.set()  # cancelled (the client went away): the thread stops too
+        if sent is None:
+            return None  # nothing sent: aiohttp answers it
+        self.stats.requests += 1
+        self.stats.bytes_sent += sent
+        return Reply(206, sent)
+
+
+def fill_blocking(backend: FillStore, fill: Fill, sock_fd: int, stop: threading.Event
+                  ) -> int | None:
+    """Answer ``fill`` on ``sock_fd`` (owned: closed here); the body bytes sent, or None
+    when nothing was (declined: not the range of the version asked for, or the store
+    failed before its body's first byte)."""
+    owned = True
+    try:
+        etag = fill.if_match
+        if etag is None:
+            # A spoke's fill made before it has the manifest (spoke.cache.early) names
+            # no version: the current one, by a HEAD, is the one its GET is pinned to.
+            try:
+                etag = backend.stat(fill.path).etag
+            except ProtocolError:
+                return None  # a 404, a store unavailable: aiohttp's answer
+        obj = backend.open_fill(fill.path, etag, fill.range_value)
+        if obj is None:
+            return None
+        try:
+            info = obj.info
+            try:
+                plan = plan_response("GET", fill.headers, representation_of(info), "",
+                                     int(time.time()))
+            except ProtocolError:
+                return None  # a 412 (another version), a 416
+            span = obj.span
+            if plan.status != 206 or plan.boundary is not None or span is None \
+                    or [(r.start, r.stop) for r in plan.ranges] != [span]:
+                return None
+            lines = ["HTTP/1.1 206 Partial Content",
+                     *(f"{name}: {value}" for name, value in head_fields(plan)), fill.head_end]
+            head = "\r\n".join(lines).encode("latin-1")
+            owned = False  # the relay closes it
+            try:
+                return relay_blocking(sock_fd, obj, span[0], span[1] - span[0], stop, head)
+            except NotSent:
+                return None
+        finally:
+            obj.close()
+    finally:
+        if owned:
+            os.close(sock_fd)
