@@ -115,8 +115,10 @@ class PlanPrefetcher:
         manifest, index = plan.where[name]
         try:
             # Done once verified: counted until stored, the fetches in flight stalled
-            # on every write to a slow disk while the link sat idle.
-            await self.cache.prefetch(manifest, index, plan.tenant, stored=False)
+            # on every write to a slow disk while the link sat idle. Borrowing idle
+            # slots: these are the chunks the plan's loaders read next.
+            await self.cache.prefetch(manifest, index, plan.tenant, stored=False,
+                                      borrows=True)
         except ProtocolError as exc:
             logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
                         manifest.path, index, exc)

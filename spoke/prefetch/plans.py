@@ -269,6 +269,21 @@ class ReadPlan:
             i += 1  # the read at the cursor has come (before any, it is still to come)
         return math.inf if i == len(occurrences) else float(occurrences[i] - cursor)
 
+    def due(self, name: str) -> float:
+        """The position of ``name``'s first planned read that is not long past (not
+        before the window behind the cursor); ``inf`` if none is left.
+
+        Unlike :meth:`next_use` it counts reads that have come: a loader fetch waiting
+        on this chunk is one of them. Positions, not distances from the cursor, so that
+        fetches ranked while the cursor moved compare (:meth:`PlanBook.due`).
+        """
+        chunk = self._ids.get(name)
+        if chunk is None:
+            return math.inf
+        occurrences = self._positions[chunk]
+        i = bisect.bisect_left(occurrences, self.cursor - self.window)
+        return math.inf if i == len(occurrences) else float(occurrences[i])
+
     def upcoming(self, limit: int) -> list[str]:
         """The next ``limit`` distinct chunks from the cursor on, in order of need (after
         the reads the cursor passed that have not come yet)."""
@@ -328,6 +343,24 @@ class PlanBook:
                 if start + distance * gap < best:
                     best = start + distance * gap
         return best
+
+    def due(self, name: str) -> float:
+        """When chunk ``name`` is needed by the plans, to order fetches that loaders wait
+        on (lower first); ``-inf`` when no plan has it (it is needed now, by whoever
+        reads it). With one plan, the position of its read (:meth:`ReadPlan.due`); with
+        several, the time of the soonest on the book's clock."""
+        best = math.inf
+        if len(self._plans) == 1:
+            (plan,) = self._plans.values()
+            best = plan.due(name)
+        elif self._plans:
+            starts = self._timing()
+            for plan in self._plans.values():
+                position = plan.due(name)
+                if position != math.inf:
+                    start, gap = starts[plan.id]
+                    best = min(best, self.clock + start + (position - plan.cursor) * gap)
+        return -math.inf if best == math.inf else best
 
     def owner(self, name: object) -> str | None:
         """The plan that needs chunk ``name`` soonest; None if no plan needs it again."""
