@@ -13,6 +13,9 @@ is when its chunk is needed (a read plan's order), so the batch a loader waits o
 now is fetched before the ones its other workers asked for at the same moment.
 A background claim that ``borrows`` (a plan's prefetch) may take any free slot, not
 only the background share, while no demand waits: those chunks are the next demand.
+Ranked by the plan, it waits among the demand, at its rank: a loader's read of the
+batch after next does not go before the plan's fetch of a chunk of the next batch
+(one that no loader asked for yet; a loader's answer reads its chunks in turn).
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ class PrioritySlots:
             self._take(claim)
             return
         claim.waiter = asyncio.get_running_loop().create_future()
-        if claim.background:
+        if claim.background and not (claim.borrows and claim.rank > -math.inf):
             self._background.append(claim)
         else:
             self._demand.push(claim)
@@ -173,7 +176,10 @@ class PrioritySlots:
                 claim.held_background = False
                 self.background_in_use -= 1
         elif claim.waiter is not None:
-            self._background.remove(claim)
+            if claim.ticket:  # a plan's prefetch, waiting at its rank already
+                self._demand.remove(claim)
+            else:
+                self._background.remove(claim)
             self._demand.push(claim)
         self._wake()
 

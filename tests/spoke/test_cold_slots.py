@@ -193,3 +193,28 @@ async def test_a_borrowing_background_claim_takes_idle_slots_beyond_the_share() 
     assert demand.done() and not late.done() and not plain.done()
     plain.cancel()
     late.cancel()
+
+
+async def test_a_plans_prefetch_waits_among_the_demand_at_its_rank() -> None:
+    slots = PrioritySlots(capacity=1, background_limit=1, patience=100)
+    claims = [SlotClaim(False, 20.0),  # a loader's read of a later batch
+              SlotClaim(True, 10.0, borrows=True),  # the plan's next chunk, not asked for
+              SlotClaim(True, 5.0),  # plain background work: after every demand
+              SlotClaim(False)]  # a read no plan knows of: needed now
+    assert await _served_order(slots, claims) == [3, 1, 0, 2]
+
+
+async def test_a_waiting_prefetch_promoted_moves_up_to_its_new_rank() -> None:
+    slots = PrioritySlots(capacity=1, background_limit=1, patience=100)
+    holder = SlotClaim(background=False)
+    await slots.take(holder)
+    demand, prefetch = SlotClaim(False, 20.0), SlotClaim(True, 30.0, borrows=True)
+    waits = [asyncio.create_task(slots.take(c)) for c in (demand, prefetch)]
+    await settle()
+    slots.promote(prefetch, 15.0)  # a loader of an earlier read joined it
+    slots.give_back(holder)
+    await settle()
+    assert prefetch.held and not prefetch.held_background and not demand.held
+    slots.give_back(prefetch)
+    await asyncio.gather(*waits)
+    assert demand.held and (slots.in_use, slots.background_in_use) == (1, 0)
