@@ -132,8 +132,9 @@ class Fills:
         early = self.early.take(manifest, bounds)
         fill = Filling(bounds.length, self.buffers) if early is None else early.fill
         head_start = None if early is None else early.task
-        claim = SlotClaim(background, self.due(key.name) if borrows or not background
-                          else -math.inf, borrows=borrows)
+        # Plain background work is not ranked: it waits behind every loader anyway.
+        rank = self.due(key.name) if borrows or not background else -math.inf
+        claim = SlotClaim(background, rank, borrows=borrows)
         task = asyncio.ensure_future(self._fill(key, manifest, tenant, fill, claim, head_start))
         self.flights[key.name] = _Flight(key, fill, claim, task)
         task.add_done_callback(lambda done: self._ended(key.name, fill, done))
