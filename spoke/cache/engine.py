@@ -268,6 +268,10 @@ class ChunkCache:
         verified in memory while it is being stored."""
         return name in self._resident or self._held(name) is not None
 
+    def is_underway(self, name: str) -> bool:
+        """Whether chunk ``name`` needs no fetch started: on disk, or its flight runs."""
+        return name in self._resident or name in self.fills.flights
+
     def _miss(self, manifest: Manifest, index: int, tenant: str) -> Chunk:
         key = ChunkKey.of(manifest, index)
         self.stats.misses += 1

@@ -37,6 +37,9 @@ MAX_PLAN_READS = 4_000_000
 # How far out of order the cursor takes reads to come, in reads: beyond a DataLoader's
 # prefetch window (workers x prefetch_factor x batch) with room to spare.
 DEFAULT_WINDOW = 2048
+# How far behind the cursor the prefetch looks for reads that came but may still wait
+# for their chunks (ReadPlan.upcoming): a few batches of a few loaders' workers.
+COME_BACK = 256
 # Reads over which a plan's share of the book's reads is averaged.
 _GAP_MEMORY = 256
 
@@ -284,15 +287,30 @@ class ReadPlan:
         i = bisect.bisect_left(occurrences, self.cursor - self.window)
         return math.inf if i == len(occurrences) else float(occurrences[i])
 
-    def upcoming(self, limit: int) -> list[str]:
+    def upcoming(self, limit: int, still_needed: Callable[[str], bool] | None = None
+                 ) -> list[str]:
         """The next ``limit`` distinct chunks from the cursor on, in order of need (after
-        the reads the cursor passed that have not come yet)."""
+        the reads the cursor passed that have not come yet).
+
+        With ``still_needed``, also the chunks of the last reads that came, as far back
+        as ``COME_BACK`` reads, that ``still_needed`` says are (not at hand): an answer
+        asks for its chunks in turn, so a read that came may not have asked for its
+        chunk yet. Those it turns down are neither listed nor counted.
+        """
         seen: dict[str, None] = {}
         cursor = self.cursor
+        back = cursor - min(self.window, COME_BACK) if still_needed is not None else cursor
         start = bisect.bisect_left(self._seq_read, cursor - self.window)
         for i in range(start, len(self._seq_chunk)):
             position = self._seq_read[i]
             if position < cursor and position in self._consumed:
+                if position < back or still_needed is None:
+                    continue
+                name = self._names[self._seq_chunk[i]]
+                if name not in seen and still_needed(name):
+                    seen[name] = None
+                    if len(seen) >= limit:
+                        break
                 continue
             seen.setdefault(self._names[self._seq_chunk[i]])
             if len(seen) >= limit:

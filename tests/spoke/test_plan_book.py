@@ -161,3 +161,19 @@ def test_due_over_several_plans_takes_the_soonest_on_the_books_clock() -> None:
     # a3 is the other plan's first read: sooner than its place (2) in the first plan.
     assert book.due(name("ds/a", 3)) < book.due(name("ds/a", 2))
     assert book.due(name("ds/b", 0)) == 1.0  # only in the second plan, its second read
+
+
+def test_upcoming_can_list_the_chunks_of_reads_that_came_and_are_still_needed() -> None:
+    book, plan_id, _ = book_with_plan()
+    plan = book.get(plan_id)
+    for path, offset in (("ds/a", 0), ("ds/b", 1500), ("ds/a", 2500)):
+        book.observe(plan_id, "", path, [offset])
+    assert plan.cursor == 2  # a0 and b1 behind it, and come
+    assert plan.upcoming(10) == [name("ds/a", 2), name("ds/a", 3), name("ds/a", 0)]
+    # b1's answer may not have asked for its chunk yet; a0's is at hand.
+    wanted = {name("ds/b", 1)}
+    assert plan.upcoming(10, wanted.__contains__) == [
+        name("ds/b", 1), name("ds/a", 2), name("ds/a", 3), name("ds/a", 0)]
+    assert plan.upcoming(1, wanted.__contains__) == [name("ds/b", 1)]
+    # Those at hand are not counted either.
+    assert plan.upcoming(2, lambda _: False) == [name("ds/a", 2), name("ds/a", 3)]
