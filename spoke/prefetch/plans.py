@@ -292,10 +292,11 @@ class ReadPlan:
         """The next ``limit`` distinct chunks from the cursor on, in order of need (after
         the reads the cursor passed that have not come yet).
 
-        With ``still_needed``, also the chunks of the last reads that came, as far back
-        as ``COME_BACK`` reads, that ``still_needed`` says are (not at hand): an answer
-        asks for its chunks in turn, so a read that came may not have asked for its
-        chunk yet. Those it turns down are neither listed nor counted.
+        With ``still_needed``, also the chunks of reads that came, up to ``COME_BACK``
+        positions behind the cursor, that ``still_needed`` accepts (neither at hand nor
+        on their way): an answer asks for its chunks in turn, so a read that came may
+        not have asked for its chunk yet. Those it turns down are neither listed nor
+        counted.
         """
         seen: dict[str, None] = {}
         cursor = self.cursor
