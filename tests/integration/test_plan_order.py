@@ -24,6 +24,10 @@ SAMPLE = 1024
 # Chunk indices in the order the plan reads them, one sample each.
 PLAN = [3, 6, 1, 7, 0, 4, 2, 5]
 WAIT_S = 10.0
+# No read-ahead of the spoke's own, and the manifest trusted for the whole test (asked
+# for again, it would cost the hub reads of its own, and an early fetch).
+QUIET: dict[str, object] = {"readahead_chunks": 0, "sequential_readahead_chunks": 0,
+                            "meta_ttl_s": 3600.0}
 
 
 class HubReads:
@@ -87,10 +91,9 @@ async def test_loader_fetches_waiting_for_a_slot_go_in_plan_order(
     http: aiohttp.ClientSession,
 ) -> None:
     reads, data = noted(gated, dataset)
-    # One fetch at a time, and no read-ahead of our own: the hub's reads come one by
-    # one, in the order the spoke hands out its one slot.
-    spoke = await make_spoke(fetch_concurrency=1, readahead_chunks=0,
-                             sequential_readahead_chunks=0)
+    # One fetch at a time: the hub's reads come one by one, in the order the spoke
+    # hands out its one slot.
+    spoke = await make_spoke(fetch_concurrency=1, **QUIET)
     async with http.head(f"{spoke.url}/objects/{PATH}") as resp:  # the manifest, first
         assert resp.status == 200
     reads.chunks.clear()
@@ -123,8 +126,7 @@ async def test_a_plans_prefetch_takes_every_slot_no_loader_waits_for(
     http: aiohttp.ClientSession,
 ) -> None:
     reads, data = noted(gated, dataset)
-    spoke = await make_spoke(fetch_concurrency=4, readahead_chunks=0,
-                             sequential_readahead_chunks=0)
+    spoke = await make_spoke(fetch_concurrency=4, **QUIET)
     async with http.head(f"{spoke.url}/objects/{PATH}") as resp:
         assert resp.status == 200
     reads.chunks.clear()
@@ -159,8 +161,7 @@ async def test_a_plan_prefetches_the_chunks_an_answer_has_not_asked_for_yet(
     plan_chunks = random.Random(3).sample(range(chunks), chunks)
     reads, data = noted(gated, dataset, path, chunks)
     # An answer reads its ranges' chunks one after the other (no read-ahead).
-    spoke = await make_spoke(fetch_concurrency=2, readahead_chunks=0,
-                             sequential_readahead_chunks=0)
+    spoke = await make_spoke(fetch_concurrency=2, **QUIET)
     async with http.head(f"{spoke.url}/objects/{path}") as resp:
         assert resp.status == 200
     reads.chunks.clear()
