@@ -121,7 +121,7 @@ async def test_loader_fetches_waiting_for_a_slot_go_in_plan_order(
     assert reads.chunks == PLAN
 
 
-async def test_a_plans_prefetch_takes_every_slot_no_loader_waits_for(
+async def test_a_plans_prefetch_takes_every_idle_slot(
     make_spoke: SpokeFactory, gated: GatedBackend, dataset: tuple[Path, dict[str, bytes]],
     http: aiohttp.ClientSession,
 ) -> None:
@@ -139,17 +139,14 @@ async def test_a_plans_prefetch_takes_every_slot_no_loader_waits_for(
             assert await asyncio.to_thread(gated.waiting.acquire, True, WAIT_S)
         doc = await wait_for_stats(http, spoke.url, lambda d: d["hub_fetches"] >= 4)
         assert doc["hub_fetches"] == 4
-        # A loader's read of a chunk beyond them waits for the first free slot, ahead
-        # of the prefetch of the one between.
-        loader = asyncio.create_task(read_chunk(http, spoke.url, plan, PLAN[5]))
-        await wait_for_stats(http, spoke.url, lambda d: d["misses"] >= 1)
     finally:
         gated.gate.set()
-    offset = PLAN[5] * CHUNK
-    assert await loader == data[offset:offset + SAMPLE]
+    # (A loader's fetch waiting meanwhile would go first: test_cold_slots. Which of two
+    # fetches let go at once reaches the hub first is a race here.)
+    hits = [await read_chunk(http, spoke.url, plan, chunk) for chunk in PLAN]
+    assert hits == [data[c * CHUNK:c * CHUNK + SAMPLE] for c in PLAN]
     await wait_for_stats(http, spoke.url, lambda d: d["cached_chunks"] == len(PLAN))
     assert sorted(reads.chunks[:4]) == sorted(PLAN[:4])
-    assert reads.chunks[4] == PLAN[5]
     assert sorted(reads.chunks) == sorted(PLAN)
 
 
