@@ -153,11 +153,10 @@ async def _cache_context(app: web.Application) -> AsyncIterator[None]:
     config = app[handlers.CONFIG]
     book = PlanBook()
     cache = await open_cache(config, book, app[CLOCK])
-    # As many as background work may hold (spoke.cache.fills): a loader's reads still go
-    # first, and a cold job's first batches need most of the plan's chunks at once.
-    plans = PlanPrefetcher(
-        book, cache, config.plan_window_bytes, concurrency=max(1, config.fetch_concurrency // 2)
-    )
+    # As many as fetch at once: its fetches borrow the slots no loader waits for
+    # (spoke.cache.slots), and a cold job's first batches need most of the plan at once.
+    plans = PlanPrefetcher(book, cache, config.plan_window_bytes,
+                           concurrency=config.fetch_concurrency)
     app[handlers.CACHE] = cache
     if isinstance(cache.hub, TieredUpstream):
         app[peer.TIER] = cache.hub
@@ -236,6 +235,7 @@ async def open_cache(
         capacity_bytes=config.capacity_bytes,
         meta_ttl_s=config.meta_ttl_s,
         fetch_concurrency=config.fetch_concurrency,
+        due=plans.due,
         stats=SpokeStats(),
         max_age_s=config.max_age_s,
         tenant_quota_bytes=config.tenant_quota_bytes,

@@ -64,7 +64,7 @@ class ChunkCache:
         pin_fraction: float = 0.5, retry: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        placement: Placement | None = None,
+        placement: Placement | None = None, due: Callable[[str], float] | None = None,
     ) -> None:
         self.store, self.index, self.policy, self.hub = store, index, policy, hub
         self.capacity_bytes = capacity_bytes
@@ -90,7 +90,7 @@ class ChunkCache:
             on_fresh=self._manifest_fresh, on_gone=self._manifest_gone,
             on_deleted=self._deleted_at_hub)
         self.fills = fills = Fills(hub, calls, local, manifests, self.stats, clock,
-                                   fetch_concurrency, placement)
+                                   fetch_concurrency, placement, due)
         self.early = fills.early
         self.fetch_latency = fills.fetch_latency
         self._housekeeping: list[asyncio.Task[None]] = []
@@ -267,6 +267,10 @@ class ChunkCache:
         """Whether chunk ``name`` can be answered without the hub: on disk, or
         verified in memory while it is being stored."""
         return name in self._resident or self._held(name) is not None
+
+    def is_underway(self, name: str) -> bool:
+        """Whether chunk ``name`` needs no fetch started: on disk, or its flight runs."""
+        return name in self._resident or name in self.fills.flights
 
     def _miss(self, manifest: Manifest, index: int, tenant: str) -> Chunk:
         key = ChunkKey.of(manifest, index)

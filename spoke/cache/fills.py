@@ -10,9 +10,11 @@ chunks waiting for the disk are bounded, so a slow disk slows the fetches.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from typing import NamedTuple
 
@@ -64,9 +66,12 @@ class Fills:
     def __init__(
         self, upstream: Upstream, calls: ResilientCalls, local: LocalChunks,
         manifests: Manifests, stats: SpokeStats, clock: Clock, fetch_concurrency: int,
-        placement: Placement | None = None,
+        placement: Placement | None = None, due: Callable[[str], float] | None = None,
     ) -> None:
+        """``due``: when a chunk (by name) is needed, in a read plan's order (lower is
+        sooner; ``-inf`` for none): waiting loader fetches go in that order."""
         self.upstream = upstream
+        self._due = due
         self.placement = placement
         self.calls = calls
         # Chunks another spoke of the tier keeps are retried as any, but not behind the
@@ -108,20 +113,28 @@ class Fills:
         flight = self.flights.get(name)
         return flight.fill if flight is not None and flight.fill.verified else None
 
+    def due(self, name: str) -> float:
+        """When chunk ``name`` is needed, in plan order (``-inf``: no plan says, so now)."""
+        return -math.inf if self._due is None else self._due(name)
+
     def flight(
-        self, key: ChunkKey, manifest: Manifest, tenant: str, background: bool
+        self, key: ChunkKey, manifest: Manifest, tenant: str, background: bool,
+        borrows: bool = False,
     ) -> tuple[Filling, asyncio.Task[None], bool]:
-        """The flight of ``key``: joined if one runs (promoted if a loader now waits on it)."""
+        """The flight of ``key``: joined if one runs (promoted if a loader now waits on it);
+        a new background one ``borrows`` idle demand slots (:mod:`spoke.cache.slots`)."""
         running = self.flights.get(key.name)
         if running is not None:
-            if not background:
-                self.slots.promote(running.claim)
+            if not background and running.claim.background:
+                self.slots.promote(running.claim, self.due(key.name))
             return running.fill, running.task, True
         bounds = chunk_bounds(key.index, manifest.size, manifest.chunk_size)
         early = self.early.take(manifest, bounds)
         fill = Filling(bounds.length, self.buffers) if early is None else early.fill
         head_start = None if early is None else early.task
-        claim = SlotClaim(background)
+        # Plain background work is not ranked: it waits behind every loader anyway.
+        rank = self.due(key.name) if borrows or not background else -math.inf
+        claim = SlotClaim(background, rank, borrows=borrows)
         task = asyncio.ensure_future(self._fill(key, manifest, tenant, fill, claim, head_start))
         self.flights[key.name] = _Flight(key, fill, claim, task)
         task.add_done_callback(lambda done: self._ended(key.name, fill, done))
@@ -199,7 +212,8 @@ class Fills:
         return self.space.policy.would_keep(ChunkKey.of(manifest, index).name)
 
     async def prefetch(
-        self, manifest: Manifest, index: int, tenant: str = "", *, stored: bool = True
+        self, manifest: Manifest, index: int, tenant: str = "", *, stored: bool = True,
+        borrows: bool = False,
     ) -> bool:
         """Make sure chunk ``index`` is cached, as background work; True if it was fetched.
 
@@ -208,7 +222,9 @@ class Fills:
         :meth:`ChunkCache.get`. With ``stored=False`` it returns once the bytes are
         verified (readers are served from memory meanwhile), while the chunk is still
         being stored: a caller that bounds its fetches in flight then bounds fetches,
-        not writes to a slow disk (those are bounded by the storing backlog).
+        not writes to a slow disk (those are bounded by the storing backlog). With
+        ``borrows`` the fetch may take any slot no loader waits for, beyond the
+        background share: for chunks a loader is about to read (a read plan's next).
         """
         key = ChunkKey.of(manifest, index)
         if key.name in self.space.resident:
@@ -220,7 +236,8 @@ class Fills:
             fetched = await self.placement.prefetch_at_owner(manifest, index)
             if fetched is not None:
                 return fetched
-        fill, task, joined = self.flight(key, manifest, tenant, background=True)
+        fill, task, joined = self.flight(key, manifest, tenant, background=True,
+                                         borrows=borrows)
         prefetched = self.local.prefetched
         if not joined:
             # Marked now: a loader may read it from memory while it is being stored.

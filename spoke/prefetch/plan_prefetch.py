@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from protocol.errors import ProtocolError
 from protocol.manifest import Manifest
@@ -78,7 +78,10 @@ class PlanPrefetcher:
         try:
             while not plan.finished:
                 moved.clear()
-                upcoming = plan.upcoming(self._window_chunks(plan))
+                # The chunks of reads that came too, if not at hand: an answer asks for
+                # its chunks in turn (the cache's policy may have evicted some of them
+                # already where the plan does not fit: not fetched again for those).
+                upcoming = plan.upcoming(self._window_chunks(plan), self._wanted(plan))
                 attempted &= set(upcoming)
                 for name in upcoming:
                     if len(in_flight) >= self.concurrency:
@@ -105,18 +108,36 @@ class PlanPrefetcher:
         out the ones about to be read."""
         if not plan.where:
             return 1
-        chunk_size = next(iter(plan.where.values()))[0].chunk_size
         capacity = self.cache.capacity_bytes
-        fits = plan.distinct_chunks * chunk_size <= capacity // 2
-        window = min(self.window_bytes, capacity if fits else capacity // 8)
-        return max(1, window // chunk_size)
+        window = min(self.window_bytes, capacity if self._fits(plan) else capacity // 8)
+        return max(1, window // self._chunk_size(plan))
+
+    def _wanted(self, plan: ReadPlan) -> Callable[[str], bool] | None:
+        """Which chunks of reads that came are worth a look: those neither at hand nor
+        being fetched, when the plan fits (else one that is not may have been evicted
+        as done with)."""
+        if not self._fits(plan):
+            return None
+        underway = self.cache.is_underway
+        return lambda name: not underway(name)
+
+    def _fits(self, plan: ReadPlan) -> bool:
+        """Whether the plan's data fits in half the cache."""
+        return bool(plan.where) and \
+            plan.distinct_chunks * self._chunk_size(plan) <= self.cache.capacity_bytes // 2
+
+    @staticmethod
+    def _chunk_size(plan: ReadPlan) -> int:
+        return next(iter(plan.where.values()))[0].chunk_size
 
     async def _fetch(self, plan: ReadPlan, name: str) -> None:
         manifest, index = plan.where[name]
         try:
             # Done once verified: counted until stored, the fetches in flight stalled
-            # on every write to a slow disk while the link sat idle.
-            await self.cache.prefetch(manifest, index, plan.tenant, stored=False)
+            # on every write to a slow disk while the link sat idle. Borrowing idle
+            # slots: these are the chunks the plan's loaders read next.
+            await self.cache.prefetch(manifest, index, plan.tenant, stored=False,
+                                      borrows=True)
         except ProtocolError as exc:
             logger.info("plan %s: prefetch of %s chunk %d failed: %s", plan.id,
                         manifest.path, index, exc)

@@ -37,6 +37,9 @@ MAX_PLAN_READS = 4_000_000
 # How far out of order the cursor takes reads to come, in reads: beyond a DataLoader's
 # prefetch window (workers x prefetch_factor x batch) with room to spare.
 DEFAULT_WINDOW = 2048
+# How far behind the cursor the prefetch looks for reads that came but may still wait
+# for their chunks (ReadPlan.upcoming): a few batches of a few loaders' workers.
+COME_BACK = 256
 # Reads over which a plan's share of the book's reads is averaged.
 _GAP_MEMORY = 256
 
@@ -269,15 +272,46 @@ class ReadPlan:
             i += 1  # the read at the cursor has come (before any, it is still to come)
         return math.inf if i == len(occurrences) else float(occurrences[i] - cursor)
 
-    def upcoming(self, limit: int) -> list[str]:
+    def due(self, name: str) -> float:
+        """The position of ``name``'s first planned read that is not long past (not
+        before the window behind the cursor); ``inf`` if none is left.
+
+        Unlike :meth:`next_use` it counts reads that have come: a loader fetch waiting
+        on this chunk is one of them. Positions, not distances from the cursor, so that
+        fetches ranked while the cursor moved compare (:meth:`PlanBook.due`).
+        """
+        chunk = self._ids.get(name)
+        if chunk is None:
+            return math.inf
+        occurrences = self._positions[chunk]
+        i = bisect.bisect_left(occurrences, self.cursor - self.window)
+        return math.inf if i == len(occurrences) else float(occurrences[i])
+
+    def upcoming(self, limit: int, still_needed: Callable[[str], bool] | None = None
+                 ) -> list[str]:
         """The next ``limit`` distinct chunks from the cursor on, in order of need (after
-        the reads the cursor passed that have not come yet)."""
+        the reads the cursor passed that have not come yet).
+
+        With ``still_needed``, also the chunks of reads that came, up to ``COME_BACK``
+        positions behind the cursor, that ``still_needed`` accepts (neither at hand nor
+        on their way): an answer asks for its chunks in turn, so a read that came may
+        not have asked for its chunk yet. Those it turns down are neither listed nor
+        counted.
+        """
         seen: dict[str, None] = {}
         cursor = self.cursor
+        back = cursor - min(self.window, COME_BACK) if still_needed is not None else cursor
         start = bisect.bisect_left(self._seq_read, cursor - self.window)
         for i in range(start, len(self._seq_chunk)):
             position = self._seq_read[i]
             if position < cursor and position in self._consumed:
+                if position < back or still_needed is None:
+                    continue
+                name = self._names[self._seq_chunk[i]]
+                if name not in seen and still_needed(name):
+                    seen[name] = None
+                    if len(seen) >= limit:
+                        break
                 continue
             seen.setdefault(self._names[self._seq_chunk[i]])
             if len(seen) >= limit:
@@ -328,6 +362,24 @@ class PlanBook:
                 if start + distance * gap < best:
                     best = start + distance * gap
         return best
+
+    def due(self, name: str) -> float:
+        """When chunk ``name`` is needed by the plans, to order fetches that loaders wait
+        on (lower first); ``-inf`` when no plan has it (it is needed now, by whoever
+        reads it). With one plan, the position of its read (:meth:`ReadPlan.due`); with
+        several, the time of the soonest on the book's clock."""
+        best = math.inf
+        if len(self._plans) == 1:
+            (plan,) = self._plans.values()
+            best = plan.due(name)
+        elif self._plans:
+            starts = self._timing()
+            for plan in self._plans.values():
+                position = plan.due(name)
+                if position != math.inf:
+                    start, gap = starts[plan.id]
+                    best = min(best, self.clock + start + (position - plan.cursor) * gap)
+        return -math.inf if best == math.inf else best
 
     def owner(self, name: object) -> str | None:
         """The plan that needs chunk ``name`` soonest; None if no plan needs it again."""

@@ -229,15 +229,17 @@ async def test_a_plan_keeps_up_with_concurrent_out_of_order_readers(
 async def test_a_plan_keeps_fetching_while_the_disk_is_slow(
     make_spoke: SpokeFactory, shards: dict[str, bytes], http: aiohttp.ClientSession
 ) -> None:
-    # fetch_concurrency=4: the plan prefetches two at a time, and four verified chunks
+    # fetch_concurrency=4: the plan prefetches four at a time, four verified chunks
     # may wait for the disk (one more may be on its way into that backlog as /stats is
-    # read). A prefetch counted until stored stopped at two.
+    # read), and the prefetch goes on to the next chunks, which wait for room in that
+    # backlog. A prefetch counted until stored stopped at the four on their way to disk.
     spoke = await make_spoke(capacity_bytes=64 * CHUNK, fetch_concurrency=4)
     disk = HeldDisk(spoke.app[CACHE].store)
     try:
         order = epoch(seed=3)
         plan = await post_plan(http, spoke.url, [order])
-        doc = await wait_for_stats(http, spoke.url, lambda d: d["chunks_storing"] >= 4)
+        doc = await wait_for_stats(http, spoke.url, lambda d: d["chunks_storing"] >= 4
+                                   and d["hub_fetches_in_flight"] >= 1)
         assert doc["cached_chunks"] == 0
     finally:
         disk.release()

@@ -138,3 +138,42 @@ def test_a_jobs_next_plan_starts_when_its_current_one_ends() -> None:
     assert book.owner(c(19)) == other.id
     book.remove(first.id)  # the job moved on: its next plan starts now
     assert book.next_use(c(10)) == 0.0
+
+
+def test_due_is_the_position_of_a_chunks_first_read_even_once_it_has_come() -> None:
+    book, plan_id, _ = book_with_plan()
+    # Nothing read yet: each chunk at its first planned read; unplanned ones are "now".
+    assert [book.due(name("ds/a", 0)), book.due(name("ds/b", 1)),
+            book.due(name("ds/a", 2))] == [0.0, 1.0, 2.0]
+    assert book.due(name("ds/b", 0)) == -math.inf
+    book.observe(plan_id, "", "ds/a", [2500])
+    book.observe(plan_id, "", "ds/b", [1500])
+    # Read (a loader may still be waiting on its fetch), yet still ranked by that read:
+    # next_use has moved on, due has not.
+    assert book.next_use(name("ds/b", 1)) == math.inf
+    assert book.due(name("ds/b", 1)) == 1.0
+    assert book.due(name("ds/a", 0)) < book.due(name("ds/a", 2))
+
+
+def test_due_over_several_plans_takes_the_soonest_on_the_books_clock() -> None:
+    book, _, _ = book_with_plan()  # its third read (position 2) touches a2 and a3
+    book.add([PlannedRead("ds/a", 3000, 10), PlannedRead("ds/b", 0, 10)], MANIFESTS)
+    # a3 is the other plan's first read: sooner than its place (2) in the first plan.
+    assert book.due(name("ds/a", 3)) < book.due(name("ds/a", 2))
+    assert book.due(name("ds/b", 0)) == 1.0  # only in the second plan, its second read
+
+
+def test_upcoming_can_list_the_chunks_of_reads_that_came_and_are_still_needed() -> None:
+    book, plan_id, _ = book_with_plan()
+    plan = book.get(plan_id)
+    for path, offset in (("ds/a", 0), ("ds/b", 1500), ("ds/a", 2500)):
+        book.observe(plan_id, "", path, [offset])
+    assert plan.cursor == 2  # a0 and b1 behind it, and come
+    assert plan.upcoming(10) == [name("ds/a", 2), name("ds/a", 3), name("ds/a", 0)]
+    # b1's answer may not have asked for its chunk yet; a0's is at hand.
+    wanted = {name("ds/b", 1)}
+    assert plan.upcoming(10, wanted.__contains__) == [
+        name("ds/b", 1), name("ds/a", 2), name("ds/a", 3), name("ds/a", 0)]
+    assert plan.upcoming(1, wanted.__contains__) == [name("ds/b", 1)]
+    # Those at hand are not counted either.
+    assert plan.upcoming(2, lambda _: False) == [name("ds/a", 2), name("ds/a", 3)]
