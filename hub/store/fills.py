@@ -60,6 +60,8 @@ class FillStore(Protocol):
         self, path: str, if_match: str | None, range_value: str | None
     ) -> S3Object | None: ...
 
+    def close_connections(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Fill:
@@ -78,6 +80,10 @@ class FastStoreFills(FastFront):
     def __init__(self, app: web.Application, backend: FillStore, stats: HubStats) -> None:
         super().__init__(app, stats)
         self.backend = backend
+        app.on_cleanup.append(self._close_connections)
+
+    async def _close_connections(self, _app: web.Application) -> None:
+        self.backend.close_connections()
 
     def __call__(self, head: RequestHead, conn: FastConnection) -> Awaitable[Reply | None] | None:
         fields = head.headers

@@ -296,6 +296,11 @@ class S3Backend:
         obj = self._answered(path, start, status, headers, body)
         return obj if obj is not None else self.open(path)
 
+    def close_connections(self) -> None:
+        """Close the store connections kept for fills (the hub is stopping)."""
+        if self._plain is not None:
+            self._plain.close()
+
     def open_fill(
         self, path: str, if_match: str | None, range_value: str | None
     ) -> S3Object | None:
