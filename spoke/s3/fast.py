@@ -88,7 +88,7 @@ class FastTargets:
             return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
         if self.access.keys is not None:
             try:
-                key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())
+                key = self.access.caller(head.method, raw_path, raw_query, head.headers)
                 check_object(key, path)
             except ProtocolError:
                 return None  # aiohttp answers the 403, and counts it

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from protocol.s3.credentials import parse_credentials
 from service.fast import FAST
-from spoke.s3.access import S3Access, signed_fields, utc_now
+from spoke.s3.access import S3Access, utc_now
 from spoke.s3.fast import S3FastReads
 from tests.s3.conftest import FrontFactory, S3Front, get_object
 from tests.support.waits import settled_stats
@@ -170,16 +170,3 @@ async def test_presigned_reads_take_the_fast_path(
     async with http.get(denied) as r:
         assert r.status == 403 and "<Code>AccessDenied</Code>" in await r.text()
     assert answered == [True] * 3
-
-
-def test_signed_fields_keep_what_a_signature_covers() -> None:
-    fields = [("Host", "h"), ("Range", "bytes=0-1"), ("amz-sdk-request", "attempt=1"),
-              ("X-Amz-Date", "20260101T000000Z")]
-    presigned = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-SignedHeaders=host&X-Amz-Signature=ab"
-    assert signed_fields(presigned, fields) == [("host", "h"), ("x-amz-date", "20260101T000000Z")]
-    auth = ("Authorization", "AWS4-HMAC-SHA256 Credential=K/20260101/us-east-1/s3/aws4_request, "
-            "SignedHeaders=host;range;x-amz-date, Signature=ab")
-    assert [n for n, _ in signed_fields("", [*fields, auth])] == [
-        "host", "range", "x-amz-date", "authorization"]
-    assert len(signed_fields("", fields)) == len(fields)  # names none: all of them
-    assert len(signed_fields("X-Amz-SignedHeaders=", fields)) == len(fields)
