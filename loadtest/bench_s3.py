@@ -276,7 +276,8 @@ def render(table: list[Row], warm: dict[str, Any], cold: dict[str, Any], s: Sett
         "# hubspoke S3 front end vs /objects",
         "",
         f"{meta['date']}, {meta['cores']} cores, mode {s.mode}: {s.rounds} interleaved "
-        f"round(s) of {s.wrk_seconds:g} s per wrk cell, {max(2, s.cold_rounds)} cold rounds, "
+        f"round(s) of {s.wrk_seconds:g} s per wrk cell, "
+        f"{f'{max(2, s.cold_rounds)} cold rounds' if cold else 'no cold rows'}, "
         f"spoke at {s.spoke_described}, file {s.file_bytes / MiB:,.0f} MiB.",
         "",
         "| row | S3 | /objects | S3 ÷ /objects | target | verdict |",

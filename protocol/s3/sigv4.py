@@ -163,13 +163,13 @@ def authenticate(
             # same secret: only the clock can have changed the answer.
             _check_age(now_s - seen.at_s, seen.expires_s, max_skew_s)
             return seen.key
-    signed, key = _verify(method, path, raw_query, pairs, keys, now, max_skew_s, service)
+    signed, key, at_s = _verify(method, path, raw_query, pairs, keys, now_s, max_skew_s,
+                                service)
     names = _AUTH_FIELDS.union(signed.signed_headers)
     if len(_VERIFIED) >= MAX_VERIFIED and target not in _VERIFIED:
         _VERIFIED.pop(next(iter(_VERIFIED)))
     _VERIFIED[target] = _Verified(
-        names, tuple([p for p in pairs if p[0] in names]), key, _epoch_s(signed),
-        signed.expires_s,
+        names, tuple([p for p in pairs if p[0] in names]), key, at_s, signed.expires_s,
     )
     return key
 
@@ -199,8 +199,9 @@ _VERIFIED: dict[tuple[str, str, str, str], _Verified] = {}
 
 def _verify(
     method: str, path: str, raw_query: str, pairs: list[tuple[str, str]],
-    keys: Mapping[str, S3Key], now: datetime.datetime, max_skew_s: int, service: str,
-) -> tuple[_Signed, S3Key]:
+    keys: Mapping[str, S3Key], now_s: float, max_skew_s: int, service: str,
+) -> tuple[_Signed, S3Key, int]:
+    """The request's claims, its key and its date (epoch seconds), once its signature holds."""
     query = _split_query(raw_query)
     if sum(1 for key, _ in pairs if key == "authorization") > 1:
         # Which one a proxy on the way would read is anyone's guess: refused, as S3 does.
@@ -220,7 +221,8 @@ def _verify(
     else:
         raise S3AuthError("AccessDenied", "anonymous access is not allowed: sign the request")
     _check_scope(signed, service)
-    _check_time(signed, _utc(now), max_skew_s)
+    at_s = _epoch_s(signed)
+    _check_age(now_s - at_s, signed.expires_s, max_skew_s)
     key = keys.get(signed.access_key)
     if key is None:
         raise S3AuthError(
@@ -242,7 +244,7 @@ def _verify(
         sts = string_to_sign(signed.amz_date, scope, request)
         expected = hmac.new(sign_key, sts.encode(), hashlib.sha256).hexdigest()
         if hmac.compare_digest(expected.encode(), _utf8(signed.signature)):
-            return signed, key
+            return signed, key, at_s
         if not first_sts:
             first_sts, first_request = sts, request
     raise S3AuthError(
@@ -495,10 +497,6 @@ def _check_scope(signed: _Signed, service: str) -> None:
         raise S3AuthError(code, f"the credential's service must be {service!r}")
     if signed.amz_date[:8] != signed.date:
         raise S3AuthError(code, "the credential's date is not the request's date")
-
-
-def _check_time(signed: _Signed, now: datetime.datetime, max_skew_s: int) -> None:
-    _check_age(now.timestamp() - _epoch_s(signed), signed.expires_s, max_skew_s)
 
 
 def _epoch_s(signed: _Signed) -> int:
