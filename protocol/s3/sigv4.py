@@ -137,12 +137,13 @@ def authenticate(
     raw_query: str,
     headers: Headers,
     keys: Mapping[str, S3Key],
-    now: datetime.datetime,
+    now: datetime.datetime | float,
     *,
     max_skew_s: int = DEFAULT_MAX_SKEW_S,
     service: str = "s3",
 ) -> S3Key:
-    """The key whose signature ``method raw_path?raw_query`` carries, valid at ``now``.
+    """The key whose signature ``method raw_path?raw_query`` carries, valid at ``now``
+    (a datetime, naive ones in UTC, or epoch seconds).
 
     ``raw_path`` is the path as sent (percent-encoded, no query; a ``?query`` left on it is
     split off); ``raw_query`` the query as sent, without ``?``. ``headers`` are the request's,
@@ -152,13 +153,20 @@ def authenticate(
     path, sep, rest = raw_path.partition("?")
     if sep and not raw_query:
         raw_query = rest
-    pairs = _header_pairs(headers)
-    now_s = (now if now.tzinfo is not None else now.replace(tzinfo=datetime.UTC)).timestamp()
+    # (A fast path's fields, lower-case already, are taken as they are, without a call.)
+    pairs = list(headers.items()) if type(headers) is RequestFields else _header_pairs(headers)
+    now_s = now if not isinstance(now, datetime.datetime) else (
+        now if now.tzinfo is not None else now.replace(tzinfo=datetime.UTC)).timestamp()
     target = (method, path, raw_query, service)
     seen = _VERIFIED.get(target)
-    if seen is not None and seen.fields == tuple([p for p in pairs if p[0] in seen.names]):
+    if seen is not None:
+        names = seen.names
+        fields = []  # _fields(pairs, names), inline: this runs on every signed read
+        for pair in pairs:
+            if pair[0] in names:
+                fields.append(pair)
         held = keys.get(seen.key.access_key)
-        if held is seen.key or held == seen.key:
+        if tuple(fields) == seen.fields and (held is seen.key or held == seen.key):
             # Every byte the signature depends on is as it was when it verified, under the
             # same secret: only the clock can have changed the answer.
             _check_age(now_s - seen.at_s, seen.expires_s, max_skew_s)
@@ -168,10 +176,13 @@ def authenticate(
     names = _AUTH_FIELDS.union(signed.signed_headers)
     if len(_VERIFIED) >= MAX_VERIFIED and target not in _VERIFIED:
         _VERIFIED.pop(next(iter(_VERIFIED)))
-    _VERIFIED[target] = _Verified(
-        names, tuple([p for p in pairs if p[0] in names]), key, at_s, signed.expires_s,
-    )
+    _VERIFIED[target] = _Verified(names, _fields(pairs, names), key, at_s, signed.expires_s)
     return key
+
+
+def _fields(pairs: list[tuple[str, str]], names: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The fields among ``pairs`` named in ``names``, in order, repeats included."""
+    return tuple([pair for pair in pairs if pair[0] in names])
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +354,7 @@ def _canonical_headers(names: tuple[str, ...], pairs: list[tuple[str, str]]) -> 
 
 
 def _header_pairs(headers: Headers) -> list[tuple[str, str]]:
-    if isinstance(headers, RequestFields):  # a fast path's: lower-case names already
+    if isinstance(headers, RequestFields):  # lower-case names already
         return list(headers.items())
     items = headers.items() if isinstance(headers, Mapping) else headers
     return [(name.lower(), value) for name, value in items]

@@ -9,13 +9,15 @@ reads, checked before any byte (cached or not) is served.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable, Mapping
 
 from protocol.s3.credentials import S3Key, parse_credentials
 from protocol.s3.errors import AccessDenied
 from protocol.s3.sigv4 import Headers, authenticate
 
-Now = Callable[[], datetime.datetime]
+# The clock: epoch seconds (time.time, read on every signed request) or a datetime.
+Now = Callable[[], datetime.datetime | float]
 
 
 def utc_now() -> datetime.datetime:
@@ -34,7 +36,7 @@ def load_keys(path: str) -> dict[str, S3Key]:
 class S3Access:
     """The front end's check of each request: anonymous when ``keys`` is None."""
 
-    def __init__(self, keys: Mapping[str, S3Key] | None, now: Now = utc_now) -> None:
+    def __init__(self, keys: Mapping[str, S3Key] | None, now: Now = time.time) -> None:
         self.keys = keys
         self.now = now
 

@@ -242,3 +242,18 @@ async def test_a_tampered_presigned_url_is_refused_after_the_good_one(
         async with one.get(url, headers={"Range": "bytes=0-99", "Host": "evil.example"}) as r:
             assert r.status == 403 and b"SignatureDoesNotMatch" in await r.read()
         assert await _read(one, url, "bytes=0-99") == (206, want)
+
+
+async def test_a_key_out_of_scope_is_refused_where_another_key_just_read(
+    keyed: S3Front, dataset: Dataset
+) -> None:
+    """Header-signed reads of one object by two keys share a request target: the fast
+    path remembers which key its scope covered, never that the target is allowed."""
+    wide = keyed.client(key="ALLKEY", secret=ALL_SECRET)
+    scoped = keyed.client(key="DSKEY", secret=DS_SECRET)
+    want = dataset[1]["ds/partial.bin"][:100]
+    for _ in range(2):
+        _, body = await get_object(wide, Bucket="ds", Key="partial.bin", Range="bytes=0-99")
+        assert body == want
+        assert await _error(scoped.get_object, Bucket="ds", Key="partial.bin",
+                            Range="bytes=0-99") == (403, "AccessDenied")
