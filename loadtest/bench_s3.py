@@ -1,6 +1,7 @@
 """The S3 front end against the spoke's own ``/objects``, side by side in one run.
 
     python -m loadtest.bench_s3 [--quick] [--seconds S] [--rounds N] [--out reports/bench]
+        [--test 4MiB|64KiB]... [--pair unsigned|presigned]... [--no-cold]
 
 Starts on 127.0.0.1: a hub over a generated file, a 60 ms link (Toxiproxy) in front of
 it, and two spokes with ``--s3-port 0``:
@@ -24,7 +25,9 @@ Every ratio is S3 ÷ ``/objects`` of the same spoke in the same run; the targets
 issue 21's (≥ 0.9 unsigned, ≥ 0.8 presigned, cold within 10 %). Before measuring, one
 answer of each kind is checked byte for byte against the file. It prints a Markdown
 report and writes ``s3.md`` and ``s3.json`` to ``--out``. Every process it starts is
-stopped by PID, and its temp directory removed.
+stopped by PID, and its temp directory removed. ``--test``, ``--pair`` and ``--no-cold``
+measure some rows only (``--test 64KiB --pair presigned --no-cold``: the one row a change
+to the presigned path moves), in shorter runs.
 """
 
 from __future__ import annotations
@@ -150,8 +153,18 @@ def warm_up(spoke: S3Spoke, s: Settings, file_path: str) -> None:
 Target = tuple[str, Callable[[], str], Callable[[], int]]
 
 
-def warm_rows(spokes: Spokes, s: Settings, file_path: str) -> dict[str, Any]:
-    """Section 1: wrk rounds, interleaved over the four sides."""
+WARM_TESTS = ("4MiB", "64KiB")
+# The sides of each row: S3 and the same spoke's own /objects.
+PAIRS = {"unsigned": ("/objects", "S3 unsigned"),
+         "presigned": ("/objects (signed spoke)", "S3 presigned")}
+
+
+def warm_rows(
+    spokes: Spokes, s: Settings, file_path: str, only_tests: tuple[str, ...] = WARM_TESTS,
+    only_pairs: tuple[str, ...] = tuple(PAIRS),
+) -> dict[str, Any]:
+    """Section 1: wrk rounds, interleaved over the four sides (or those of ``only_pairs``,
+    for the tests ``only_tests``)."""
     anon, signed = spokes.anonymous, spokes.signed
     presigned = presigned_url(signed.s3_url, file_path)
     targets: list[Target] = [
@@ -161,8 +174,11 @@ def warm_rows(spokes: Spokes, s: Settings, file_path: str) -> dict[str, Any]:
          lambda: signed.process.pid),
         ("S3 presigned", lambda: presigned, lambda: signed.process.pid),
     ]
+    sides = {side for pair in only_pairs for side in PAIRS[pair]}
+    targets = [t for t in targets if t[0] in sides]
     size = str(s.file_bytes)
-    tests = [("4MiB", s.big_range, s.big_conns), ("64KiB", s.small_range, s.small_conns)]
+    tests = [t for t in (("4MiB", s.big_range, s.big_conns),
+                         ("64KiB", s.small_range, s.small_conns)) if t[0] in only_tests]
     runs: dict[tuple[str, str], list[WrkRun]] = {}
     for rnd in range(s.rounds):
         order = list(range(len(targets)))
@@ -238,15 +254,19 @@ class Row:
 
 
 def rows(warm: dict[str, Any], cold: dict[str, Any]) -> list[Row]:
+    """The rows of what was measured (a restricted run measures some)."""
     out = []
     for test, metric, unit in (("4MiB", "gb_s", "GB/s"), ("64KiB", "req_s", "req/s")):
-        cells = warm[test]
-        out.append(Row(f"warm {test}, S3 unsigned", cells["S3 unsigned"][metric],
-                       cells["/objects"][metric], unit, UNSIGNED_TARGET))
-        out.append(Row(f"warm {test}, S3 presigned (SigV4)", cells["S3 presigned"][metric],
-                       cells["/objects (signed spoke)"][metric], unit, PRESIGNED_TARGET))
-    out.append(Row("cold 4 MiB through 60 ms, S3 unsigned", cold["S3 unsigned"]["gb_s"],
-                   cold["/objects"]["gb_s"], "GB/s", COLD_TARGET))
+        cells = warm.get(test, {})
+        for pair, name, target in (("unsigned", "S3 unsigned", UNSIGNED_TARGET),
+                                   ("presigned", "S3 presigned (SigV4)", PRESIGNED_TARGET)):
+            objects, s3 = PAIRS[pair]
+            if objects in cells and s3 in cells:
+                out.append(Row(f"warm {test}, {name}", cells[s3][metric],
+                               cells[objects][metric], unit, target))
+    if cold:
+        out.append(Row("cold 4 MiB through 60 ms, S3 unsigned", cold["S3 unsigned"]["gb_s"],
+                       cold["/objects"]["gb_s"], "GB/s", COLD_TARGET))
     return out
 
 
@@ -256,7 +276,8 @@ def render(table: list[Row], warm: dict[str, Any], cold: dict[str, Any], s: Sett
         "# hubspoke S3 front end vs /objects",
         "",
         f"{meta['date']}, {meta['cores']} cores, mode {s.mode}: {s.rounds} interleaved "
-        f"round(s) of {s.wrk_seconds:g} s per wrk cell, {max(2, s.cold_rounds)} cold rounds, "
+        f"round(s) of {s.wrk_seconds:g} s per wrk cell, "
+        f"{f'{max(2, s.cold_rounds)} cold rounds' if cold else 'no cold rows'}, "
         f"spoke at {s.spoke_described}, file {s.file_bytes / MiB:,.0f} MiB.",
         "",
         "| row | S3 | /objects | S3 ÷ /objects | target | verdict |",
@@ -280,7 +301,10 @@ def render(table: list[Row], warm: dict[str, Any], cold: dict[str, Any], s: Sett
     return "\n".join(lines) + "\n"
 
 
-def run(s: Settings, out_dir: str) -> tuple[str, dict[str, Any]]:
+def run(
+    s: Settings, out_dir: str, only_tests: tuple[str, ...] = WARM_TESTS,
+    only_pairs: tuple[str, ...] = tuple(PAIRS), cold: bool = True,
+) -> tuple[str, dict[str, Any]]:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cores": os.cpu_count()}
     work = tempfile.mkdtemp(prefix="hubspoke-bench-s3-")
     try:
@@ -300,11 +324,11 @@ def run(s: Settings, out_dir: str) -> tuple[str, dict[str, Any]]:
                         presigned_url(spokes.signed.s3_url, big.path),
                         f"{spokes.anonymous.url}/objects/{big.path}"):
                 check_answer(url, data_path, offset, s.small_range)
-            warm = warm_rows(spokes, s, big.path)
-            cold = cold_rows(spokes, s, big.path)
-        table = rows(warm, cold)
-        text = render(table, warm, cold, s, meta)
-        report = {"meta": meta, "settings": asdict(s), "warm": warm, "cold": cold,
+            warm = warm_rows(spokes, s, big.path, only_tests, only_pairs)
+            cold_cells = cold_rows(spokes, s, big.path) if cold else {}
+        table = rows(warm, cold_cells)
+        text = render(table, warm, cold_cells, s, meta)
+        report = {"meta": meta, "settings": asdict(s), "warm": warm, "cold": cold_cells,
                   "rows": [asdict(r) | {"ratio": r.ratio, "verdict": r.verdict} for r in table]}
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "s3.md"), "w") as f:
@@ -323,6 +347,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, help="wrk seconds per cell")
     parser.add_argument("--rounds", type=int, help="interleaved rounds per wrk cell")
     parser.add_argument("--spoke-workers", help="the spokes' --workers (default: their own)")
+    parser.add_argument("--test", action="append", choices=WARM_TESTS,
+                        help="only this warm test (repeatable; default: all)")
+    parser.add_argument("--pair", action="append", choices=tuple(PAIRS),
+                        help="only this row's two sides (repeatable; default: all)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold rows")
     return parser.parse_args(argv)
 
 
@@ -334,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     s = QUICK if args.quick else FULL
     s = replace(s, wrk_seconds=args.seconds or s.wrk_seconds, rounds=args.rounds or s.rounds,
                 spoke_flags=() if args.spoke_workers is None else ("--workers", args.spoke_workers))
-    text, _ = run(s, args.out)
+    text, _ = run(s, args.out, tuple(args.test or WARM_TESTS), tuple(args.pair or PAIRS),
+                  cold=not args.no_cold)
     print(text)
     return 0
 

@@ -25,6 +25,7 @@ codes are S3's, with S3's statuses, so the front end answers them as S3's XML un
 
 from __future__ import annotations
 
+import calendar
 import datetime
 import email.utils
 import hashlib
@@ -36,6 +37,7 @@ from functools import lru_cache
 from urllib.parse import quote, unquote
 
 from protocol.errors import ProtocolError
+from protocol.http1 import Headers as RequestFields
 from protocol.s3.credentials import S3Key
 
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -48,9 +50,10 @@ DEFAULT_MAX_SKEW_S = 900
 # work an unauthenticated client can cause.
 MAX_AUTH_BYTES = 8192
 MAX_SIGNED_HEADERS = 64
-# Requests already verified, by their exact bytes: a presigned URL read over and over (a
-# loader's shard list, a benchmark) costs one verification, then a clock check per request.
-# Only requests that verified get in, so a flood of bad signatures cannot churn it.
+# Requests already verified (see _Verified): a presigned URL read over and over (a loader's
+# shard list, a benchmark) costs one verification, then a comparison of the fields it
+# depends on and a clock check per request. Only requests that verified get in, so a flood
+# of bad signatures cannot churn it.
 MAX_VERIFIED = 1024
 # The presigned query's own parameters: the front end ignores them when it parses a request.
 AUTH_QUERY_PARAMS = frozenset({
@@ -68,7 +71,8 @@ _UNRESERVED = "-_.~"
 _PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_.~/-]*")
 
-_VERIFIED: dict[tuple[object, ...], tuple[_Signed, S3Key]] = {}
+# The fields a signature's verification reads besides those it signs.
+_AUTH_FIELDS = frozenset({"authorization", "x-amz-date", "date", "x-amz-content-sha256"})
 
 _STATUS = {
     "AccessDenied": 403,
@@ -133,12 +137,13 @@ def authenticate(
     raw_query: str,
     headers: Headers,
     keys: Mapping[str, S3Key],
-    now: datetime.datetime,
+    now: datetime.datetime | float,
     *,
     max_skew_s: int = DEFAULT_MAX_SKEW_S,
     service: str = "s3",
 ) -> S3Key:
-    """The key whose signature ``method raw_path?raw_query`` carries, valid at ``now``.
+    """The key whose signature ``method raw_path?raw_query`` carries, valid at ``now``
+    (a datetime, naive ones in UTC, or epoch seconds).
 
     ``raw_path`` is the path as sent (percent-encoded, no query; a ``?query`` left on it is
     split off); ``raw_query`` the query as sent, without ``?``. ``headers`` are the request's,
@@ -148,25 +153,66 @@ def authenticate(
     path, sep, rest = raw_path.partition("?")
     if sep and not raw_query:
         raw_query = rest
-    pairs = _header_pairs(headers)
-    memo_key = (method, path, raw_query, tuple(pairs), service)
-    verified = _VERIFIED.get(memo_key)
-    if verified is not None and keys.get(verified[0].access_key) == verified[1]:
-        # The same bytes verified before under the same secret: only the clock can have
-        # changed the answer.
-        _check_time(verified[0], _utc(now), max_skew_s)
-        return verified[1]
-    signed, key = _verify(method, path, raw_query, pairs, keys, now, max_skew_s, service)
-    if len(_VERIFIED) >= MAX_VERIFIED:
+    # (A fast path's fields, lower-case already, are taken as they are, without a call.)
+    pairs = list(headers.items()) if type(headers) is RequestFields else _header_pairs(headers)
+    now_s = now if not isinstance(now, datetime.datetime) else (
+        now if now.tzinfo is not None else now.replace(tzinfo=datetime.UTC)).timestamp()
+    target = (method, path, raw_query, service)
+    seen = _VERIFIED.get(target)
+    if seen is not None:
+        names = seen.names
+        fields = []  # _fields(pairs, names), inline: this runs on every signed read
+        for pair in pairs:
+            if pair[0] in names:
+                fields.append(pair)
+        held = keys.get(seen.key.access_key)
+        if tuple(fields) == seen.fields and (held is seen.key or held == seen.key):
+            # Every byte the signature depends on is as it was when it verified, under the
+            # same secret: only the clock can have changed the answer.
+            _check_age(now_s - seen.at_s, seen.expires_s, max_skew_s)
+            return seen.key
+    signed, key, at_s = _verify(method, path, raw_query, pairs, keys, now_s, max_skew_s,
+                                service)
+    names = _AUTH_FIELDS.union(signed.signed_headers)
+    if len(_VERIFIED) >= MAX_VERIFIED and target not in _VERIFIED:
         _VERIFIED.pop(next(iter(_VERIFIED)))
-    _VERIFIED[memo_key] = (signed, key)
+    _VERIFIED[target] = _Verified(names, _fields(pairs, names), key, at_s, signed.expires_s)
     return key
+
+
+def _fields(pairs: list[tuple[str, str]], names: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """The fields among ``pairs`` named in ``names``, in order, repeats included."""
+    return tuple([pair for pair in pairs if pair[0] in names])
+
+
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A request that verified, remembered by its method, path, query and service.
+
+    The rest of what its verification read: ``fields``, the request's fields among
+    ``names`` (those it signed, and those any verification reads: the Authorization
+    header, the dates, the payload's hash), in order and repeats included. A request
+    with the same target and the same such fields carries the same signature over the
+    same bytes; its other fields (a presigned URL's Range, an SDK's invocation id) sign
+    nothing. ``at_s``: the signature's date (epoch seconds); ``expires_s``: a presigned
+    URL's lifetime (None for the header carrier).
+    """
+
+    names: frozenset[str]
+    fields: tuple[tuple[str, str], ...]
+    key: S3Key
+    at_s: int
+    expires_s: int | None
+
+
+_VERIFIED: dict[tuple[str, str, str, str], _Verified] = {}
 
 
 def _verify(
     method: str, path: str, raw_query: str, pairs: list[tuple[str, str]],
-    keys: Mapping[str, S3Key], now: datetime.datetime, max_skew_s: int, service: str,
-) -> tuple[_Signed, S3Key]:
+    keys: Mapping[str, S3Key], now_s: float, max_skew_s: int, service: str,
+) -> tuple[_Signed, S3Key, int]:
+    """The request's claims, its key and its date (epoch seconds), once its signature holds."""
     query = _split_query(raw_query)
     if sum(1 for key, _ in pairs if key == "authorization") > 1:
         # Which one a proxy on the way would read is anyone's guess: refused, as S3 does.
@@ -186,7 +232,8 @@ def _verify(
     else:
         raise S3AuthError("AccessDenied", "anonymous access is not allowed: sign the request")
     _check_scope(signed, service)
-    _check_time(signed, _utc(now), max_skew_s)
+    at_s = _epoch_s(signed)
+    _check_age(now_s - at_s, signed.expires_s, max_skew_s)
     key = keys.get(signed.access_key)
     if key is None:
         raise S3AuthError(
@@ -208,7 +255,7 @@ def _verify(
         sts = string_to_sign(signed.amz_date, scope, request)
         expected = hmac.new(sign_key, sts.encode(), hashlib.sha256).hexdigest()
         if hmac.compare_digest(expected.encode(), _utf8(signed.signature)):
-            return signed, key
+            return signed, key, at_s
         if not first_sts:
             first_sts, first_request = sts, request
     raise S3AuthError(
@@ -307,6 +354,8 @@ def _canonical_headers(names: tuple[str, ...], pairs: list[tuple[str, str]]) -> 
 
 
 def _header_pairs(headers: Headers) -> list[tuple[str, str]]:
+    if isinstance(headers, RequestFields):  # lower-case names already
+        return list(headers.items())
     items = headers.items() if isinstance(headers, Mapping) else headers
     return [(name.lower(), value) for name, value in items]
 
@@ -461,24 +510,27 @@ def _check_scope(signed: _Signed, service: str) -> None:
         raise S3AuthError(code, "the credential's date is not the request's date")
 
 
-def _check_time(signed: _Signed, now: datetime.datetime, max_skew_s: int) -> None:
+def _epoch_s(signed: _Signed) -> int:
+    """The request's date in epoch seconds; a date that is no calendar date is refused."""
+    d = signed.amz_date  # YYYYMMDDTHHMMSSZ, all digits where digits go (checked on parse)
     try:
-        d = signed.amz_date  # YYYYMMDDTHHMMSSZ, all digits where digits go (checked on parse)
-        at = datetime.datetime(
+        return calendar.timegm(datetime.datetime(
             int(d[0:4]), int(d[4:6]), int(d[6:8]), int(d[9:11]), int(d[11:13]), int(d[13:15]),
-            tzinfo=datetime.UTC,
-        )
+        ).timetuple())
     except ValueError:
         raise S3AuthError(
             "AuthorizationQueryParametersError" if signed.presigned else "AccessDenied",
             "the request's date is not a calendar date",
         ) from None
-    age_s = (now - at).total_seconds()
-    if signed.presigned:
-        assert signed.expires_s is not None
+
+
+def _check_age(age_s: float, expires_s: int | None, max_skew_s: int) -> None:
+    """A signature ``age_s`` old is still good: a presigned one (``expires_s``) from a
+    skew before its date to its expiry, one in a header within the skew either side."""
+    if expires_s is not None:
         if age_s < -max_skew_s:
             raise S3AuthError("AccessDenied", "request is not valid yet")
-        if age_s > signed.expires_s:
+        if age_s > expires_s:
             raise S3AuthError("AccessDenied", "request has expired")
     elif abs(age_s) > max_skew_s:
         raise S3AuthError(

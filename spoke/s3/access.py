@@ -9,15 +9,15 @@ reads, checked before any byte (cached or not) is served.
 from __future__ import annotations
 
 import datetime
-import re
-from collections.abc import Callable, Iterable, Mapping
-from urllib.parse import unquote
+import time
+from collections.abc import Callable, Mapping
 
 from protocol.s3.credentials import S3Key, parse_credentials
 from protocol.s3.errors import AccessDenied
-from protocol.s3.sigv4 import authenticate
+from protocol.s3.sigv4 import Headers, authenticate
 
-Now = Callable[[], datetime.datetime]
+# The clock: epoch seconds (time.time, read on every signed request) or a datetime.
+Now = Callable[[], datetime.datetime | float]
 
 
 def utc_now() -> datetime.datetime:
@@ -36,48 +36,17 @@ def load_keys(path: str) -> dict[str, S3Key]:
 class S3Access:
     """The front end's check of each request: anonymous when ``keys`` is None."""
 
-    def __init__(self, keys: Mapping[str, S3Key] | None, now: Now = utc_now) -> None:
+    def __init__(self, keys: Mapping[str, S3Key] | None, now: Now = time.time) -> None:
         self.keys = keys
         self.now = now
 
-    def caller(
-        self, method: str, raw_path: str, raw_query: str, headers: Iterable[tuple[str, str]]
-    ) -> S3Key | None:
+    def caller(self, method: str, raw_path: str, raw_query: str, headers: Headers) -> S3Key | None:
         """The key a request is signed with (None: anonymous mode); raises
-        :class:`~protocol.s3.sigv4.S3AuthError`."""
+        :class:`~protocol.s3.sigv4.S3AuthError`. ``headers``: as
+        :func:`~protocol.s3.sigv4.authenticate` takes them."""
         if self.keys is None:
             return None
-        return authenticate(method, raw_path, raw_query, signed_fields(raw_query, headers),
-                            self.keys, self.now())
-
-
-# Fields the verification reads whether signed or not: the signature, the date, the payload.
-_AUTH_FIELDS = frozenset({"authorization", "x-amz-date", "date", "x-amz-content-sha256"})
-_SIGNED_HEADERS = re.compile(r"SignedHeaders=([^,\s]*)")
-
-
-def signed_fields(raw_query: str, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The fields of a request that its signature can depend on: those it signed and
-    :data:`_AUTH_FIELDS`; all of them when it names none. Unsigned fields (a presigned
-    URL's Range, an SDK's invocation id) then leave the verification, and its memo of
-    requests already verified, alone."""
-    pairs = [(name.lower(), value) for name, value in headers]
-    names = None
-    for name, value in pairs:
-        if name == "authorization":
-            match = _SIGNED_HEADERS.search(value)
-            names = match.group(1).split(";") if match else None
-            break
-    else:
-        for part in raw_query.split("&"):
-            if part.startswith("X-Amz-SignedHeaders="):
-                names = unquote(part.partition("=")[2]).split(";")
-                break
-    names = [n for n in names or () if n]
-    if not names:
-        return pairs
-    keep = _AUTH_FIELDS.union(names)
-    return [(name, value) for name, value in pairs if name in keep]
+        return authenticate(method, raw_path, raw_query, headers, self.keys, self.now())
 
 
 def check_object(key: S3Key | None, path: str) -> None:

@@ -21,7 +21,8 @@ from aiohttp import web
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
 from protocol.s3 import xml
-from protocol.s3.requests import Operation, bucket_from_host, decodes, target
+from protocol.s3.credentials import S3Key
+from protocol.s3.requests import Operation, Target, bucket_from_host, decodes, target
 from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
@@ -50,7 +51,7 @@ READ_FIELDS = PLAIN_FIELDS | CONDITIONALS
 FAST_FIELDS = READ_FIELDS | S3_FIELDS
 # Query parameters a fast read may carry: a presigned URL's, and botocore's ``x-id``.
 FAST_PARAMS = frozenset({*AUTH_QUERY_PARAMS, "x-id"}) - {"X-Amz-Security-Token"}
-MAX_REMEMBERED_PATHS = 10_000
+MAX_REMEMBERED_TARGETS = 10_000
 
 
 class FastRead(NamedTuple):
@@ -62,6 +63,16 @@ class FastRead(NamedTuple):
     plain: RequestHead
 
 
+class _Named(NamedTuple):
+    """A request target a fast read may have: its path and query as sent, and the
+    object they name."""
+
+    raw_path: str
+    raw_query: str
+    bucket: str
+    path: str
+
+
 class FastTargets:
     """Which S3 requests a fast path answers (the spoke's, a reader worker's), each as
     the ``/objects`` read it is; signed as ``access`` requires, within its key's scope."""
@@ -69,8 +80,14 @@ class FastTargets:
     def __init__(self, access: S3Access, domain: str | None) -> None:
         self.access = access
         self.domain = domain
-        self._paths: dict[str, tuple[str, str] | None] = {}
-        self._queries: dict[str, bool] = {}  # a presigned URL's comes again and again
+        # By request target, as sent. A loader sends the same ones again and again
+        # (a presigned URL's above all), and the head reader hands back the same string
+        # for each: its hash is computed once, and so are those of the parts kept here,
+        # which the signature's memo is keyed by.
+        self._targets: dict[str, _Named | None] = {}
+        # By target, the last key whose prefixes were found to cover its object: a key
+        # is frozen, so the same key (the same object) is answered the same.
+        self._scoped: dict[str, S3Key] = {}
 
     def read(self, head: RequestHead) -> FastRead | None:
         """``head`` as a fast read, or None: aiohttp's to answer (a refusal included)."""
@@ -78,48 +95,46 @@ class FastTargets:
             return None
         if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
             return None  # virtual-hosted: aiohttp's
-        raw_path, _, raw_query = head.target.partition("?")
-        named = self._object_path(raw_path)
-        if named is None or (raw_query and not self._fast_query(raw_query)):
+        try:
+            named = self._targets[head.target]
+        except KeyError:
+            named = self._named(head.target)
+        if named is None:
             return None
-        bucket, path = named
         rng = head.headers.get("range")
         if rng is not None and ("," in rng or head.method == "HEAD"):
             return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
         if self.access.keys is not None:
             try:
-                key = self.access.caller(head.method, raw_path, raw_query, head.headers.items())
-                check_object(key, path)
+                key = self.access.caller(head.method, named.raw_path, named.raw_query,
+                                         head.headers)
+                if key is not None and self._scoped.get(head.target) is not key:
+                    check_object(key, named.path)
+                    self._scoped[head.target] = key
             except ProtocolError:
                 return None  # aiohttp answers the 403, and counts it
         fields = head.headers if READ_FIELDS.issuperset(head.headers) else Headers(
             {k: v for k, v in head.headers.items() if k in READ_FIELDS})
-        plain = RequestHead(head.method, f"{OBJECTS}{path}", fields, head.keep_alive)
-        return FastRead(raw_path, bucket, path, plain)
+        plain = RequestHead(head.method, f"{OBJECTS}{named.path}", fields, head.keep_alive)
+        return FastRead(named.raw_path, named.bucket, named.path, plain)
 
-    def _fast_query(self, raw_query: str) -> bool:
-        """:func:`_fast_query`, remembered."""
-        fast = self._queries.get(raw_query)
-        if fast is None:
-            if len(self._queries) >= MAX_REMEMBERED_PATHS:
-                self._queries.clear()
-            fast = self._queries[raw_query] = _fast_query(raw_query)
-        return fast
-
-    def _object_path(self, raw_path: str) -> tuple[str, str] | None:
-        """The bucket and object path path-style ``raw_path`` names, or None (not an
-        object, or invalid: aiohttp's to refuse); validated once, then remembered."""
-        if raw_path in self._paths:
-            return self._paths[raw_path]
+    def _named(self, request_target: str) -> _Named | None:
+        """The object path-style ``request_target`` names, with a query a fast read may
+        carry; or None (not an object, another query, or invalid: aiohttp's to
+        refuse). Validated once, then remembered."""
+        raw_path, _, raw_query = request_target.partition("?")
         try:
-            where = target(raw_path, None)
-            named = (where.bucket, where.path) if where.key and not where.key.endswith("/") \
-                and where.bucket else None
+            where: Target | None = target(raw_path, None)
         except ProtocolError:
-            named = None
-        if len(self._paths) >= MAX_REMEMBERED_PATHS:
-            self._paths.clear()
-        self._paths[raw_path] = named
+            where = None
+        named = None
+        if where is not None and where.bucket and where.key and not where.key.endswith("/") \
+                and _fast_query(raw_query):
+            named = _Named(raw_path, raw_query, where.bucket, where.path)
+        if len(self._targets) >= MAX_REMEMBERED_TARGETS:
+            self._targets.clear()
+            self._scoped.clear()
+        self._targets[request_target] = named
         return named
 
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from loadtest.bench_s3 import Row, rows
+from loadtest.bench_s3 import Row, parse_args, rows
 from tests.support.tools import run_tool
 
 
@@ -53,3 +53,13 @@ def test_rows_compare_s3_with_objects_of_the_same_spoke() -> None:
     assert table["warm 64KiB, S3 presigned (SigV4)"].verdict == "PASS"
     assert table["cold 4 MiB through 60 ms, S3 unsigned"].verdict == "FAIL"
     assert Row("x", 1.0, 0.0, "GB/s", 0.9).verdict == "FAIL"
+
+
+def test_a_restricted_run_has_the_rows_it_measured() -> None:
+    warm = {"64KiB": {"/objects (signed spoke)": {"req_s": 1000.0},
+                      "S3 presigned": {"req_s": 850.0}}}
+    table = rows(warm, {})
+    assert [(r.name, r.ratio, r.verdict) for r in table] == [
+        ("warm 64KiB, S3 presigned (SigV4)", 0.85, "PASS")]
+    args = parse_args(["--test", "64KiB", "--pair", "presigned", "--no-cold"])
+    assert (args.test, args.pair, args.no_cold) == (["64KiB"], ["presigned"], True)

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from protocol.s3.credentials import parse_credentials
 from service.fast import FAST
-from spoke.s3.access import S3Access, signed_fields, utc_now
+from spoke.s3.access import S3Access, utc_now
 from spoke.s3.fast import S3FastReads
 from tests.s3.conftest import FrontFactory, S3Front, get_object
 from tests.support.waits import settled_stats
@@ -172,14 +172,88 @@ async def test_presigned_reads_take_the_fast_path(
     assert answered == [True] * 3
 
 
-def test_signed_fields_keep_what_a_signature_covers() -> None:
-    fields = [("Host", "h"), ("Range", "bytes=0-1"), ("amz-sdk-request", "attempt=1"),
-              ("X-Amz-Date", "20260101T000000Z")]
-    presigned = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-SignedHeaders=host&X-Amz-Signature=ab"
-    assert signed_fields(presigned, fields) == [("host", "h"), ("x-amz-date", "20260101T000000Z")]
-    auth = ("Authorization", "AWS4-HMAC-SHA256 Credential=K/20260101/us-east-1/s3/aws4_request, "
-            "SignedHeaders=host;range;x-amz-date, Signature=ab")
-    assert [n for n, _ in signed_fields("", [*fields, auth])] == [
-        "host", "range", "x-amz-date", "authorization"]
-    assert len(signed_fields("", fields)) == len(fields)  # names none: all of them
-    assert len(signed_fields("X-Amz-SignedHeaders=", fields)) == len(fields)
+class _Clock:
+    """The front end's clock, moved by the test: a URL expires without waiting for it."""
+
+    def __init__(self) -> None:
+        self.ahead = datetime.timedelta(0)
+
+    def __call__(self) -> datetime.datetime:
+        return utc_now() + self.ahead
+
+
+async def _read(http: aiohttp.ClientSession, url: str, rng: str) -> tuple[int, bytes]:
+    async with http.get(url, headers={"Range": rng}) as r:
+        return r.status, await r.read()
+
+
+async def test_a_presigned_url_read_many_times_still_expires(
+    make_front: FrontFactory, dataset: Dataset
+) -> None:
+    clock = _Clock()
+    front = await make_front(access=S3Access(KEYS, now=clock))
+    client = front.client(key="ALLKEY", secret=ALL_SECRET)
+    url = client.generate_presigned_url("get_object", Params={"Bucket": "ds", "Key": "big.bin"},
+                                        ExpiresIn=60)
+    data = dataset[1]["ds/big.bin"]
+    ranges = [(f"bytes={i * 1000}-{i * 1000 + 999}", data[i * 1000:i * 1000 + 1000])
+              for i in range(4)]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as one:
+        for rng, want in ranges:  # one connection: the fast path, the URL remembered
+            assert await _read(one, url, rng) == (206, want)
+        clock.ahead = datetime.timedelta(seconds=62)
+        for rng, _ in ranges:
+            status, body = await _read(one, url, rng)
+            assert status == 403, body
+            assert b"<Code>AccessDenied</Code>" in body and b"expired" in body
+        # A URL signed now is good: the refusals were the clock's, not a stuck memo's.
+        clock.ahead = datetime.timedelta(0)
+        assert await _read(one, url, ranges[0][0]) == (206, ranges[0][1])
+
+
+def _tampered(url: str) -> dict[str, str]:
+    signature = url.rsplit("X-Amz-Signature=", 1)[1]
+    flipped = ("0" if signature[0] != "0" else "1") + signature[1:]
+    return {
+        "signature": url.replace(signature, flipped),
+        "expiry": url.replace("X-Amz-Expires=60", "X-Amz-Expires=61"),
+        "key": url.replace("/ds/big.bin?", "/ds/small.bin?"),
+        "credential": url.replace("ALLKEY%2F", "DSKEY%2F"),
+        "date": url.replace("X-Amz-Date=20", "X-Amz-Date=19"),
+        "extra parameter": url + "&x-id=GetObject",
+        "signed headers": url.replace("X-Amz-SignedHeaders=host", "X-Amz-SignedHeaders=range"),
+    }
+
+
+async def test_a_tampered_presigned_url_is_refused_after_the_good_one(
+    keyed: S3Front, dataset: Dataset
+) -> None:
+    client = keyed.client(key="ALLKEY", secret=ALL_SECRET)
+    url = client.generate_presigned_url("get_object", Params={"Bucket": "ds", "Key": "big.bin"},
+                                        ExpiresIn=60)
+    want = dataset[1]["ds/big.bin"][:100]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as one:
+        assert await _read(one, url, "bytes=0-99") == (206, want)
+        for change, bad in _tampered(url).items():
+            assert bad != url, change
+            status, body = await _read(one, bad, "bytes=0-99")
+            assert status in (400, 403) and b"<Code>" in body, (change, status, body)
+        # Another Host: signed, so another request.
+        async with one.get(url, headers={"Range": "bytes=0-99", "Host": "evil.example"}) as r:
+            assert r.status == 403 and b"SignatureDoesNotMatch" in await r.read()
+        assert await _read(one, url, "bytes=0-99") == (206, want)
+
+
+async def test_a_key_out_of_scope_is_refused_where_another_key_just_read(
+    keyed: S3Front, dataset: Dataset
+) -> None:
+    """Header-signed reads of one object by two keys share a request target: the fast
+    path remembers which key its scope covered, never that the target is allowed."""
+    wide = keyed.client(key="ALLKEY", secret=ALL_SECRET)
+    scoped = keyed.client(key="DSKEY", secret=DS_SECRET)
+    want = dataset[1]["ds/partial.bin"][:100]
+    for _ in range(2):
+        _, body = await get_object(wide, Bucket="ds", Key="partial.bin", Range="bytes=0-99")
+        assert body == want
+        assert await _error(scoped.get_object, Bucket="ds", Key="partial.bin",
+                            Range="bytes=0-99") == (403, "AccessDenied")
