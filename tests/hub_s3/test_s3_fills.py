@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field, replace
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import aiohttp
@@ -100,12 +101,20 @@ async def fills_hub(
 
 
 async def etag_of(hub: FillsHub, path: str) -> str:
-    reader, writer = await connect(hub.url)
-    writer.write(request(f"/objects/{path}", method="HEAD"))
-    answer = await read_answer(reader, "HEAD")
-    writer.close()
-    assert await hub.took() == [False]  # a HEAD is aiohttp's
-    return answer.headers["etag"]
+    """The version's ETag, once the version is past its first second: until then its
+    Last-Modified is the second before each answer's Date (RFC 9110 §8.8.2.2's weak
+    date), so two answers a second apart differ in it."""
+    async with asyncio.timeout(30):
+        while True:
+            reader, writer = await connect(hub.url)
+            writer.write(request(f"/objects/{path}", method="HEAD"))
+            answer = await read_answer(reader, "HEAD")
+            writer.close()
+            assert await hub.took() == [False]  # a HEAD is aiohttp's
+            modified = parsedate_to_datetime(answer.headers["last-modified"])
+            if (parsedate_to_datetime(answer.headers["date"]) - modified).total_seconds() >= 2:
+                return answer.headers["etag"]
+            await asyncio.sleep(0.2)
 
 
 def fill(path: str, etag: str, start: int, stop: int, *fields: str) -> bytes:
