@@ -5,8 +5,8 @@ whatever the fast path cannot answer whole, aiohttp answers, with nothing sent b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
@@ -18,12 +18,12 @@ from hub.config import HubConfig
 from hub.roots import open_backend
 from hub.store.plain import PlainGets
 from loadtest.s3_stores import S3Store
-from protocol.http1 import RequestHead
-from service.fast import FAST, FastConnection, Reply
+from service.fast import FAST
 from service.runner import start_site
 from spoke.config import SpokeConfig
 from tests.hub_s3.conftest import BUCKET, CHUNK, PREFIX, TIMEOUT_S, Bucket
 from tests.hub_s3.store_proxy import StoreProxy
+from tests.support.fast_notes import FastNotes
 from tests.support.http import fetch
 from tests.support.raw_http import connect, read_answer, request
 from tests.support.servers import RunningServer, start_spoke
@@ -32,33 +32,15 @@ BIG = "ds/big.bin"  # 40 chunks and 7 bytes
 LARGE = "ds/large.bin"  # written by the tests that need a body spliced off the socket
 
 
-@dataclass
-class FillsHub:
+@dataclass(kw_only=True)
+class FillsHub(FastNotes):
     """A real hub over the store whose fast handler notes whether it answered each request."""
 
     server: RunningServer
-    answered: list[bool] = field(default_factory=list)
-    asked: int = 0  # requests the fast handler was given; each is noted in ``answered``
-    noted: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def url(self) -> str:
         return self.server.url
-
-    async def took(self) -> list[bool]:
-        """Whether the fast path answered each request since the last call. An answer
-        the relay sends from a thread can reach the client before its coroutine resumes
-        to note it: wait (bounded) until every request asked has been noted."""
-        async with asyncio.timeout(10):
-            while len(self.answered) < self.asked:
-                self.noted.clear()
-                await self.noted.wait()
-        taken, self.answered, self.asked = self.answered, [], 0
-        return taken
-
-    def note(self, took: bool) -> None:
-        self.answered.append(took)
-        self.noted.set()
 
 
 @pytest.fixture
@@ -70,30 +52,10 @@ async def fills_hub(
     backend = await asyncio.to_thread(
         open_backend, config.root, config.s3_endpoint, config.s3_timeout, store.env())
     app = make_app(config, backend)
-    real = app[FAST]
-    hub = FillsHub(RunningServer("", None, app))  # type: ignore[arg-type]
-
-    def noting(head: RequestHead, conn: FastConnection) -> Reply | Awaitable[Reply | None] | None:
-        hub.asked += 1
-        outcome = real(head, conn)
-        if outcome is None or isinstance(outcome, Reply):
-            hub.note(outcome is not None)
-            return outcome
-
-        async def later(pending: Awaitable[Reply | None]) -> Reply | None:
-            try:
-                reply = await pending
-            except asyncio.CancelledError:
-                # The client hung up once it had its answer, and that cancelled this
-                # before it resumed: a decline would have sent nothing at all.
-                hub.note(True)
-                raise
-            hub.note(reply is not None)
-            return reply
-
-        return later(outcome)
-
-    app[FAST] = noting
+    hub = FillsHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
+    # The client hung up once it had its answer, and that cancelled the answer before it
+    # resumed: noted as the fast path's (a decline would have sent nothing at all).
+    app[FAST] = hub.noting(app[FAST], hang_up_taken=True)
     runner, port = await start_site(app, "127.0.0.1", 0)
     hub.server = replace(hub.server, url=f"http://127.0.0.1:{port}", runner=runner)
     yield hub

@@ -12,7 +12,7 @@ import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -22,10 +22,10 @@ from hub.app import make_app
 from hub.config import HubConfig
 from protocol.auth import issue
 from protocol.conditional import http_date
-from protocol.http1 import RequestHead
-from service.fast import FAST, FastConnection, Reply
+from service.fast import FAST
 from service.runner import start_site
 from tests.conftest import CHUNK
+from tests.support.fast_notes import FastNotes
 from tests.support.raw_http import connect, read_answer, read_response, request
 from tests.support.servers import RunningServer
 
@@ -34,60 +34,23 @@ BIG = "ds/big.bin"  # 2.5 MiB: its large ranges go by sendfile
 SECRET = b"5e" * 32  # as the secret file holds it: hex text
 
 
-@dataclass
-class FastHub:
-    """A real hub whose fast handler notes, per request target, whether it answered."""
+@dataclass(kw_only=True)
+class FastHub(FastNotes):
+    """A real hub whose fast handler notes whether it answered each request."""
 
     server: RunningServer
-    answered: list[tuple[str, bool]] = field(default_factory=list)
-    asked: int = 0  # requests the fast handler was given; each is noted in ``answered``
-    noted: asyncio.Event = field(default_factory=asyncio.Event)
-
 
     @property
     def url(self) -> str:
         return self.server.url
 
-    async def took(self) -> list[bool]:
-        """Whether the fast path answered each request since the last call. A reply that
-        sendfile sends from a thread can reach the client before its coroutine resumes
-        to note it, so wait (bounded) until every request asked has been noted."""
-        async with asyncio.timeout(10):
-            while len(self.answered) < self.asked:
-                self.noted.clear()
-                await self.noted.wait()
-        taken = [t for _, t in self.answered]
-        self.answered.clear()
-        self.asked = 0
-        return taken
-
-    def note(self, target: str, took: bool) -> None:
-        self.answered.append((target, took))
-        self.noted.set()
-
 
 async def start_fast_hub(config: HubConfig) -> FastHub:
     app = make_app(config)  # the filesystem backend: the fast path is on
-    real = app[FAST]
-    hub = FastHub(RunningServer("", None, app))  # type: ignore[arg-type]
-
-    def noting(head: RequestHead, conn: FastConnection) -> Reply | Awaitable[Reply | None] | None:
-        hub.asked += 1
-        outcome = real(head, conn)
-        if outcome is None or isinstance(outcome, Reply):
-            hub.note(head.target, outcome is not None)
-            return outcome
-
-        async def later(pending: Awaitable[Reply | None]) -> Reply | None:
-            # A client that hangs up once it has its whole answer (Connection: close) may
-            # do so before this resumes: the answer still ends here, counted and logged.
-            reply = await pending
-            hub.note(head.target, reply is not None)
-            return reply
-
-        return later(outcome)
-
-    app[FAST] = noting
+    hub = FastHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
+    # A client that hangs up once it has its whole answer (Connection: close) may do so
+    # before the answer's coroutine resumes: the answer still ends there, counted and logged.
+    app[FAST] = hub.noting(app[FAST])
     runner, port = await start_site(app, "127.0.0.1", 0)
     hub.server = RunningServer(f"http://127.0.0.1:{port}", runner, app)
     return hub
