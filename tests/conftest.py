@@ -14,6 +14,7 @@ import pytest
 from hub.config import HubConfig
 from spoke.cache.clock import SYSTEM_CLOCK, Clock
 from spoke.config import SpokeConfig
+from tests.support.hangups import AccessLines, capture_access_log
 from tests.support.servers import GatedBackend, RunningServer, start_hub, start_spoke, write_dataset
 
 # A spoke started as a process defaults to --workers auto (two per CPU); here, where
@@ -33,6 +34,12 @@ FILES = {
     "ds/big.bin": CHUNK * 40 + 7,
     "other/notes.csv": 3000,
 }
+
+
+@pytest.fixture
+def access_log(monkeypatch: pytest.MonkeyPatch) -> AccessLines:
+    """The buffered access log, into memory: a call flushes it and gives every line so far."""
+    return capture_access_log(monkeypatch)
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from hub.stats import HubStats
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
 from protocol.response import plan_response
-from service.fast import FastConnection, Reply
+from service.fast import FastConnection, Reply, finish_after_hang_up
 
 if TYPE_CHECKING:  # botocore is imported only by a hub that serves a store
     from hub.store.s3 import S3Object
@@ -104,9 +104,26 @@ class FastStoreFills(FastFront):
 
     async def _fill(self, fill: Fill, sock_fd: int, conn: FastConnection) -> Reply | None:
         stop = threading.Event()
+        job = self.backend.executor.submit(fill_blocking, self.backend, fill, sock_fd, stop)
+        filling = asyncio.wrap_future(job)
         try:
-            sent = await asyncio.get_running_loop().run_in_executor(
-                self.backend.executor, fill_blocking, self.backend, fill, sock_fd, stop)
+            try:
+                sent = await asyncio.shield(filling)
+            except asyncio.CancelledError:
+                stop.set()
+                if job.cancel():  # still queued: nothing sent, and the thread never will
+                    os.close(sock_fd)
+                    raise
+                # The client went away, perhaps once it had every byte: the thread sent
+                # them and the client closed before this resumed. Told to stop, the thread
+                # ends within its poll's wait; a fill that went out whole is then counted
+                # and logged like any other.
+                await asyncio.wait([filling])
+                if filling.cancelled() or filling.exception() is not None \
+                        or filling.result() is None:
+                    raise
+                sent = filling.result()
+                finish_after_hang_up()
         except (StoreCut, ProtocolError) as exc:
             conn.abort()  # the head went: cut the answer, never pad it
             sent = exc.sent if isinstance(exc, StoreCut) else 0

@@ -53,9 +53,7 @@ async def fills_hub(
         open_backend, config.root, config.s3_endpoint, config.s3_timeout, store.env())
     app = make_app(config, backend)
     hub = FillsHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
-    # The client hung up once it had its answer, and that cancelled the answer before it
-    # resumed: noted as the fast path's (a decline would have sent nothing at all).
-    app[FAST] = hub.noting(app[FAST], hang_up_taken=True)
+    app[FAST] = hub.noting(app[FAST])
     runner, port = await start_site(app, "127.0.0.1", 0)
     hub.server = replace(hub.server, url=f"http://127.0.0.1:{port}", runner=runner)
     yield hub

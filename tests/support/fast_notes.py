@@ -32,10 +32,9 @@ class FastNotes:
         self.answered.append(took)
         self.noted.set()
 
-    def noting(self, real: FastHandler, hang_up_taken: bool = False) -> FastHandler:
-        """``real``, noting each outcome. With ``hang_up_taken``, an answer cancelled by
-        its client's hang-up is noted as the fast path's: a decline would have sent
-        nothing, and the client closes only once it has its answer."""
+    def noting(self, real: FastHandler) -> FastHandler:
+        """``real``, noting each outcome (an answer cancelled by its client's hang-up is
+        noted as not the fast path's: it never ended)."""
 
         def handler(head: RequestHead, conn: FastConnection
                     ) -> Reply | Awaitable[Reply | None] | None:
@@ -49,8 +48,7 @@ class FastNotes:
                 try:
                     reply = await pending
                 except asyncio.CancelledError:
-                    if hang_up_taken:
-                        self.note(True)
+                    self.note(False)
                     raise
                 self.note(reply is not None)
                 return reply

@@ -1,0 +1,147 @@
+"""A chunk fill answered on the hub's store fast path (:mod:`hub.store.fills`) whose
+client hangs up the moment it has it is logged and counted once, like any other; one
+still waiting for a store thread when its client leaves lets go of its socket.
+
+As in :mod:`tests.integration.test_hangups`, the hub runs on uvloop and its loop is held
+up while the store thread sends and the client (a process of its own) reads and closes,
+so that the close reaches the loop before the fill's coroutine resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+import uvloop
+
+from hub.app import make_app
+from hub.config import HubConfig
+from hub.roots import open_backend
+from hub.store import s3
+from loadtest.s3_stores import S3Store
+from service.fast import FAST
+from service.runner import start_site
+from tests.hub_s3.conftest import BUCKET, CHUNK, PREFIX, TIMEOUT_S, Bucket
+from tests.support.fast_notes import FastNotes
+from tests.support.hangups import (
+    HUGE,
+    ROUNDS,
+    WAIT_S,
+    AccessLines,
+    changed,
+    hang_up_after_reading,
+    huge,
+    logged,
+    metrics,
+    open_sockets,
+    stalled_client,
+)
+from tests.support.servers import RunningServer
+
+BIG = "ds/big.bin"  # 40 chunks and 7 bytes: a fill of all of it is spliced off the socket
+STORE_THREADS = 2  # the test hub's store threads: few, so that a fill can wait for one
+
+
+@dataclass(kw_only=True)
+class NotedHub(FastNotes):
+    server: RunningServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@asynccontextmanager
+async def store_hub(store: S3Store, tmp_path: Path) -> AsyncIterator[NotedHub]:
+    """A real hub over the store, straight (no proxy: the test's loop is its own), whose
+    fast handler notes whether it answered each request."""
+    config = HubConfig(root=f"s3://{BUCKET}/{PREFIX}", chunk_size=CHUNK, s3_endpoint=store.url,
+                       s3_timeout=TIMEOUT_S, index_dir=str(tmp_path / "index"))
+    backend = await asyncio.to_thread(
+        open_backend, config.root, config.s3_endpoint, config.s3_timeout, store.env())
+    app = make_app(config, backend)
+    hub = NotedHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
+    app[FAST] = hub.noting(app[FAST])
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    hub.server = replace(hub.server, url=f"http://127.0.0.1:{port}", runner=runner)
+    try:
+        yield hub
+    finally:
+        await hub.server.stop()
+
+
+def test_a_store_fill_its_client_hung_up_on_at_once_is_logged_and_counted(
+    bucket: Bucket, store: S3Store, access_log: AccessLines, tmp_path: Path,
+) -> None:
+    uvloop.run(fills_hung_up_on(bucket, store, access_log, tmp_path))
+
+
+async def fills_hung_up_on(
+    bucket: Bucket, store: S3Store, access_log: AccessLines, tmp_path: Path,
+) -> None:
+    size = len(bucket.contents[BIG])
+    target = f"/objects/{BIG}"
+    async with store_hub(store, tmp_path) as hub, aiohttp.ClientSession() as http:
+        before, since = await metrics(http, hub.url), len(access_log())
+        await hub.took()
+        read = await hang_up_after_reading(hub.url, target, f"bytes=0-{size - 1}", tmp_path)
+        assert read == [(206, size)] * ROUNDS
+        assert await logged(access_log, target, since) == [(206, size)] * ROUNDS
+        assert await hub.took() == [True] * ROUNDS  # every fill on the fast path
+        after = await metrics(http, hub.url)
+    # Every fill, and the first /metrics request (counted as it came in).
+    assert changed(before, after, "hub_requests_total", "hub_bytes_sent_total",
+                   "hub_client_hangups_total") == [ROUNDS + 1, ROUNDS * size, 0]
+
+
+async def test_a_fill_waiting_for_a_store_thread_lets_go_of_its_socket_on_a_hang_up(
+    bucket: Bucket, store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    huge(bucket.root)
+    monkeypatch.setattr(s3, "STORE_CONNECTIONS", STORE_THREADS)
+    target = f"/objects/{HUGE}"
+    fill = "Range: bytes=0-" + str((48 << 20) - 1)
+    stalled = []
+    async with store_hub(store, tmp_path) as hub:
+        try:
+            # Every store thread busy with a client that does not read.
+            for _ in range(STORE_THREADS):
+                stalled.append(await stalled_client(hub.url, target, fill))
+            before = open_sockets()
+            _, writer = await connect_and_send(hub.url, target, fill)
+            await wait_until_asked(hub, STORE_THREADS + 1)  # its fill waits for a thread
+            writer.close()
+            await writer.wait_closed()
+            now = open_sockets()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WAIT_S):
+                    while now != before:
+                        await asyncio.sleep(0.05)
+                        now = open_sockets()
+            # Its socket, and the copy of it that its store thread would have closed.
+            assert now == before
+        finally:
+            for _, w in stalled:
+                w.close()
+
+
+async def connect_and_send(
+    url: str, target: str, *fields: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write("\r\n".join([f"GET {target} HTTP/1.1", "Host: x", *fields, "", ""]).encode())
+    await writer.drain()
+    return reader, writer
+
+
+async def wait_until_asked(hub: NotedHub, requests: int) -> None:
+    """Until the hub's fast handler has been given ``requests`` requests (bounded)."""
+    async with asyncio.timeout(WAIT_S):
+        while hub.asked < requests:  # noqa: ASYNC110 (a count the wrapper keeps, no event)
+            await asyncio.sleep(0.02)
