@@ -265,7 +265,11 @@ class ReaderReads:
         reply = self.plain.answer(self.mirror, conn, head, path, manifest)
         if reply is None:
             large = self.plain.answer_large(self.mirror, conn, head, path, manifest)
-            return None if large is None else self._observed(large, path, started)
+            if large is None or isinstance(large, Reply):
+                if large is not None:
+                    self._observe(path, started)
+                return large
+            return self._observed(large, path, started)
         self._observe(path, started)
         return reply
 
