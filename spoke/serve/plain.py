@@ -46,7 +46,8 @@ OBJECTS = "/objects/"
 # when no single range is worth a sendfile: a connection then holds at most this
 # much past flow control, as the next request is not read until it has drained.
 SYNC_BYTES = 4 << 20
-# Below this, pread + write costs less than sendfile's extra system calls.
+# Below this, one writev of the head and views of the mapped chunks costs less than
+# a head held back and a sendfile (docs/performance.md).
 SENDFILE_MIN_BYTES = 256 << 10
 MAX_REMEMBERED_PATHS = 10_000
 # The fields a plain read may carry; any other may change the answer (If-*, the
