@@ -10,7 +10,7 @@ what keeps a loader unable to tell them apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from protocol.conditional import (
@@ -42,9 +42,14 @@ class ResponsePlan:
     headers: tuple[tuple[str, str], ...]
     body: tuple[BodyPart, ...]
     boundary: str | None = None  # a multipart/byteranges answer's
+    # The body's length when the planner counted it already (-1: not given); a batch's
+    # body has a part per range and per part head, and it is asked for several times.
+    length: int = field(default=-1, compare=False, repr=False)
 
     @property
     def content_length(self) -> int:
+        if self.length >= 0:
+            return self.length
         return sum(len(p) if isinstance(p, bytes) else p.length for p in self.body)
 
     @property
@@ -100,6 +105,8 @@ def _bounded(ranges: list[ByteRange]) -> list[ByteRange]:
     keeps the order a loader asked for in the common (disjoint) case and bounds
     the body to at most the object's size.
     """
+    if all(a.stop <= b.start for a, b in pairwise(ranges)):
+        return ranges  # ascending and disjoint, as a loader lists a batch: nothing to sort
     ordered = sorted(ranges, key=lambda r: r.start)
     overlap = any(b.start < a.stop for a, b in pairwise(ordered))
     if not overlap:
@@ -140,21 +147,24 @@ def _multipart(
 ) -> ResponsePlan:
     # RFC 9110 §14.6: each part has its own Content-Type and Content-Range.
     body: list[BodyPart] = []
+    length = 0
     for i, r in enumerate(ranges):
         lead = "\r\n" if i else ""
         head = (
             f"{lead}--{boundary}\r\nContent-Type: {rep.content_type}\r\n"
             f"Content-Range: {content_range(r, rep.size)}\r\n\r\n"
-        )
-        body += [head.encode("ascii"), r]
-    body.append(f"\r\n--{boundary}--\r\n".encode("ascii"))
-    length = sum(len(p) if isinstance(p, bytes) else p.length for p in body)
+        ).encode("ascii")
+        body += [head, r]
+        length += len(head) + r.stop - r.start
+    end = f"\r\n--{boundary}--\r\n".encode("ascii")
+    body.append(end)
+    length += len(end)
     headers = (
         *common,
         ("Content-Type", f"multipart/byteranges; boundary={boundary}"),
         ("Content-Length", str(length)),
     )
-    return ResponsePlan(206, headers, tuple(body), boundary)
+    return ResponsePlan(206, headers, tuple(body), boundary, length)
 
 
 def reframed(plan: ResponsePlan, boundary: str) -> ResponsePlan:
@@ -169,4 +179,4 @@ def reframed(plan: ResponsePlan, boundary: str) -> ResponsePlan:
         "Content-Length": str(length),
     }
     headers = tuple((name, replaced.get(name, value)) for name, value in plan.headers)
-    return ResponsePlan(plan.status, headers, body, boundary)
+    return ResponsePlan(plan.status, headers, body, boundary, length)

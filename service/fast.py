@@ -202,6 +202,8 @@ class FastConnection(Protocol):
 
     def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool: ...
 
+    def sendfile_now(self, head: bytes, fd: int, offset: int, count: int) -> int: ...
+
     def socket_copy(self) -> int | None: ...
 
     def abort(self) -> None: ...
@@ -412,6 +414,31 @@ class FastProtocol(asyncio.Protocol):
                 self.abort()
                 return False
         return True
+
+    def sendfile_now(self, head: bytes, fd: int, offset: int, count: int) -> int:
+        """``head``, then as many of the ``count`` bytes of ``fd`` from ``offset`` as the
+        socket takes now, within this callback: how many of the file's bytes went (the
+        caller sends the rest with :meth:`sendfile`, which waits). The head leaves held
+        back (``MSG_MORE``) to share a segment with the file's first bytes. Over TLS, or
+        behind bytes queued in the transport, the head is queued and 0 returned.
+        """
+        transport, sock_fd = self._transport, self._sock_fd
+        if transport is None:
+            raise ConnectionResetError("connection lost")
+        if sock_fd is None or transport.get_write_buffer_size():
+            transport.write(head)
+            return 0
+        if not self._send_more(head):
+            return 0  # the rest of the head is queued: the file's bytes go behind it
+        try:
+            sent = os.sendfile(sock_fd, fd, offset, count)
+        except BlockingIOError:
+            return 0
+        except (BrokenPipeError, ConnectionError) as exc:
+            raise ConnectionResetError(str(exc)) from None
+        if sent == 0 and count:
+            raise EOFError("the file ended before the range did")
+        return sent
 
     def _send_more(self, head: bytes) -> bool:
         """``head`` on the socket itself, held back (``MSG_MORE``) to leave in the same

@@ -296,6 +296,9 @@ class AmzConnection:
     def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool:
         return self._conn.send_now(head, pieces)
 
+    def sendfile_now(self, head: bytes, fd: int, offset: int, count: int) -> int:
+        return self._conn.sendfile_now(head, fd, offset, count)
+
     def socket_copy(self) -> int | None:
         return self._conn.socket_copy()
 

@@ -81,6 +81,11 @@ class FastObjectReads:
             if hits is None or hits.reads is not reads:
                 hits = self._hits = _CacheHits(reads)
             reply = self._plain.answer(hits, conn, head, path, manifest)
+            if reply is None:
+                large = self._plain.answer_large(hits, conn, head, path, manifest)
+                if large is not None and not isinstance(large, Reply):
+                    return self._sending(reads, conn, large, started)
+                reply = large
             if reply is not None:
                 if limit is not None:
                     limit.release(conn.client)
@@ -98,6 +103,20 @@ class FastObjectReads:
                     reads.observe_latency(prepared.x_cache, time.perf_counter() - started)
                 return reply
         return self._answer(reads, conn, head, path, tenant, started, prepared, manifest)
+
+    async def _sending(
+        self, reads: ObjectReads, conn: FastConnection, sending: Awaitable[Reply],
+        started: float,
+    ) -> Reply:
+        """A plain read's bytes the socket did not take at once, being sent."""
+        try:
+            reply = await sending
+        finally:
+            limit = self.app.get(LIMIT)
+            if limit is not None:
+                limit.release(conn.client)
+        reads.observe_latency("HIT", time.perf_counter() - started)
+        return reply
 
     def _tenant(self, head: RequestHead, path: str) -> str:
         guard = self.app.get(GUARD)
@@ -258,6 +277,10 @@ class _CacheHits:
 
     def fd_hit(self, name: str, need_bytes: int) -> int:
         return self.cache.fd_hit(name, need_bytes)
+
+    def open_hit(self, name: str, need_bytes: int) -> int:
+        # A descriptor of its own: the open chunks' may be closed while it is sent.
+        return os.dup(self.cache.fd_hit(name, need_bytes))
 
     def forget(self, name: str) -> None:
         self.cache.forget(name)

@@ -46,7 +46,8 @@ OBJECTS = "/objects/"
 # when no single range is worth a sendfile: a connection then holds at most this
 # much past flow control, as the next request is not read until it has drained.
 SYNC_BYTES = 4 << 20
-# Below this, pread + write costs less than sendfile's extra system calls.
+# Below this, one writev of the head and views of the mapped chunks costs less than
+# a head held back and a sendfile (docs/performance.md).
 SENDFILE_MIN_BYTES = 256 << 10
 MAX_REMEMBERED_PATHS = 10_000
 # The fields a plain read may carry; any other may change the answer (If-*, the
@@ -143,29 +144,26 @@ class PlainReads:
         slices = _resident_slices(source, manifest, r)
         if slices is None:
             return None
+        # A plain socket takes views of the mapped chunk files: head and bytes leave in
+        # one writev, one copy (the kernel's), which below SENDFILE_MIN_BYTES costs less
+        # than a head sent apart and a sendfile.
+        read = source.view_hit if conn.can_sendfile else source.read_hit
         try:
-            if conn.can_sendfile:  # no copy of the bytes through Python
-                pieces = [(source.fd_hit(name, hi), lo, hi - lo) for name, lo, hi in slices]
-            else:
-                data = [source.read_hit(*piece) for piece in slices]
+            data = [read(*piece) for piece in slices]
         except ChunkGone:
             return None  # deleted behind our back: the general path fetches it again
         source.served(manifest, [r])
         start = self._head_prefix(path, manifest) + _head_rest(conn, head, r, manifest.size)
-        if conn.can_sendfile:
-            if not conn.send_now(start, pieces):
-                for name, _, _ in slices:  # torn since it was opened: cut, and refetch next
-                    source.forget(name)
-        else:
-            conn.writelines([start, *data])
+        conn.writelines([start, *data])
         return Reply(206, r.length, "HIT")
 
     def answer_large(
         self, source: FileHitSource, conn: FastConnection, head: RequestHead, path: str,
         manifest: Manifest,
-    ) -> Awaitable[Reply | None] | None:
+    ) -> Reply | Awaitable[Reply] | None:
         """A plain read of one cached range worth a sendfile, sent that way; None when
-        ``head`` is not one (then :meth:`answer` is the one to ask)."""
+        ``head`` is not one (then :meth:`answer` is the one to ask). What the socket
+        takes at once goes within this callback; an awaitable sends the rest."""
         if not conn.can_sendfile or not self.is_plain(head):
             return None
         match = _ONE_RANGE.fullmatch(_field(head.headers, "range"))
@@ -175,22 +173,38 @@ class PlainReads:
         slices = _resident_slices(source, manifest, r)
         if slices is None:
             return None
-        return self._send_files(source, conn, head, path, manifest, r, slices)
-
-    async def _send_files(
-        self, source: FileHitSource, conn: FastConnection, head: RequestHead, path: str,
-        manifest: Manifest, r: ByteRange, slices: list[tuple[str, int, int]],
-    ) -> Reply | None:
         fds: list[int] = []
         try:
-            try:
-                fds += [source.open_hit(name, hi) for name, _, hi in slices]
-            except ChunkGone:
-                return None  # nothing sent yet: the general path fetches it again
-            conn.writelines([self._head_prefix(path, manifest),
-                             _head_rest(conn, head, r, manifest.size)])
+            fds += [source.open_hit(name, hi) for name, _, hi in slices]
+        except ChunkGone:
+            _close_all(fds)
+            return None  # nothing sent yet: the general path fetches it again
+        _, lo, hi = slices[0]
+        start = self._head_prefix(path, manifest) + _head_rest(conn, head, r, manifest.size)
+        try:
+            sent = conn.sendfile_now(start, fds[0], lo, hi - lo)
+        except (ConnectionError, EOFError) as exc:
+            # The head may be gone: a cut connection is the only honest signal left.
+            logger.warning("aborting a plain read of %s mid-body: %s", path, exc)
+            conn.abort()
+            _close_all(fds)
+            return Reply(206, 0, "HIT")
+        if sent == hi - lo and len(slices) == 1:
+            _close_all(fds)
+            source.served(manifest, [r])
+            return Reply(206, r.length, "HIT")
+        return self._send_rest(source, conn, path, manifest, r, slices, fds, sent)
+
+    async def _send_rest(
+        self, source: FileHitSource, conn: FastConnection, path: str, manifest: Manifest,
+        r: ByteRange, slices: list[tuple[str, int, int]], fds: list[int], sent: int,
+    ) -> Reply:
+        """The bytes of a plain read the socket did not take at once (``sent`` of the
+        first slice went); closes ``fds``."""
+        try:
             for fd, (_, lo, hi) in zip(fds, slices, strict=True):
-                await send_file_range(conn, fd, lo, hi)
+                await send_file_range(conn, fd, lo + sent, hi)
+                sent = 0
         except ConnectionError:
             raise
         except Exception as exc:
@@ -198,8 +212,7 @@ class PlainReads:
             logger.warning("aborting a plain read of %s mid-body: %s", path, exc)
             conn.abort()
         finally:
-            for fd in fds:
-                os.close(fd)
+            _close_all(fds)
         source.served(manifest, [r])
         return Reply(206, r.length, "HIT")
 
@@ -215,7 +228,7 @@ class PlainReads:
         except ProtocolError:
             return None  # 416, too many ranges: the general path's answer
         ranges = plan.ranges
-        if plan.status != 206 or not answerable_now(conn, plan):
+        if plan.status != 206 or not _fits_now(conn, plan.content_length, ranges):
             return None
         try:
             read = read_cached_body(source, manifest, plan, zero_copy=conn.can_sendfile)
@@ -251,6 +264,11 @@ class PlainReads:
         return head
 
 
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
 def sendfile_worthy(conn: FastConnection, r: ByteRange) -> bool:
     """Whether ``r`` goes out with sendfile rather than read and written."""
     return r.length >= SENDFILE_MIN_BYTES and conn.can_sendfile
@@ -259,9 +277,14 @@ def sendfile_worthy(conn: FastConnection, r: ByteRange) -> bool:
 def answerable_now(conn: FastConnection, plan: ResponsePlan) -> bool:
     """Whether ``plan``'s body, when cached, is sent within the read callback: small
     enough, and no range in it worth a sendfile."""
-    return plan.content_length <= SYNC_BYTES and not any(
-        sendfile_worthy(conn, r) for r in plan.ranges
-    )
+    return _fits_now(conn, plan.content_length, plan.ranges)
+
+
+def _fits_now(conn: FastConnection, length: int, ranges: list[ByteRange]) -> bool:
+    """:func:`answerable_now` of a plan of ``length`` bytes reading ``ranges``."""
+    if length > SYNC_BYTES:
+        return False
+    return not conn.can_sendfile or all(r.stop - r.start < SENDFILE_MIN_BYTES for r in ranges)
 
 
 async def send_file_range(conn: FastConnection, fd: int, lo: int, hi: int) -> None:
@@ -383,8 +406,15 @@ def _resident_slices(
 ) -> list[tuple[str, int, int]] | None:
     """(chunk name, start, stop) of each chunk ``r`` touches, or None unless all are cached."""
     chunk_size, version = manifest.chunk_size, manifest_version(manifest)
+    first, last = r.start // chunk_size, (r.stop - 1) // chunk_size
+    if first == last:  # within one chunk: a batch's every sample, as a rule
+        name = chunk_name(version, first)
+        if not source.is_resident(name):
+            return None
+        base = first * chunk_size
+        return [(name, r.start - base, r.stop - base)]
     slices = []
-    for index in range(r.start // chunk_size, (r.stop - 1) // chunk_size + 1):
+    for index in range(first, last + 1):
         name = chunk_name(version, index)
         if not source.is_resident(name):
             return None

@@ -134,14 +134,19 @@ class Mirror:
         return data
 
     def view_hit(self, name: str, start: int, stop: int) -> memoryview:
-        return self._file_hit(name, self._fds.view, name, start, stop)
+        # :meth:`_file_hit` written out: this is every small plain read's call.
+        try:
+            view = self._fds.view(name, start, stop)
+        except FileNotFoundError as exc:
+            self._lost(name, exc)
+        self.hits[name] = self.hits.get(name, 0) + 1
+        return view
 
     def forget(self, name: str) -> None:
         self.names.pop(name, None)  # the owner finds out when it reads it, or answers
         self._fds.discard(name)
 
     def fd_hit(self, name: str, need_bytes: int) -> int:
-        # :meth:`_file_hit` written out: this is every small plain read's call.
         try:
             fd = self._fds.fd(name, need_bytes)
         except FileNotFoundError as exc:
@@ -260,7 +265,11 @@ class ReaderReads:
         reply = self.plain.answer(self.mirror, conn, head, path, manifest)
         if reply is None:
             large = self.plain.answer_large(self.mirror, conn, head, path, manifest)
-            return None if large is None else self._observed(large, path, started)
+            if large is None or isinstance(large, Reply):
+                if large is not None:
+                    self._observe(path, started)
+                return large
+            return self._observed(large, path, started)
         self._observe(path, started)
         return reply
 

@@ -219,8 +219,13 @@ async def test_a_plain_read_is_answered_as_the_general_path_answers_it(
         assert ("Connection: close" in plain_head) is close
 
 
+@pytest.mark.parametrize("first, last, chunks", [
+    (CHUNK - 10, CHUNK + 9, 2),  # a sample: answered from views within the callback
+    (CHUNK - 10, 6 * CHUNK + 9, 7),  # worth a sendfile: the socket takes what it can at once
+])
 async def test_plain_reads_count_hits_like_the_general_path(
-    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession
+    spoke: RunningServer, dataset: Dataset, http: aiohttp.ClientSession,
+    first: int, last: int, chunks: int,
 ) -> None:
     await warm(http, spoke, BIG)
 
@@ -233,16 +238,19 @@ async def test_plain_reads_count_hits_like_the_general_path(
     for fields in ([], ["X-Not-Plain: 1"]):
         before = await counters()
         reader, writer = await connect(spoke.url)
-        writer.write(get(BIG, f"Range: bytes={CHUNK - 10}-{CHUNK + 9}", *fields))
-        await read_raw_head(reader)
+        writer.write(get(BIG, f"Range: bytes={first}-{last}", *fields))
+        _, body = await read_raw_head(reader)
+        assert body == dataset[1][BIG][first:last + 1]
         writer.close()
         # The aiohttp path counts a slice's bytes once its write returns, which may be
         # just after the loader has them: wait for the count, then check it is exact.
+        length = last + 1 - first
         await wait_for_stats(
-            http, spoke.url, lambda s, served=before[1] + 20: s["bytes_served_hit"] >= served)
+            http, spoke.url,
+            lambda s, served=before[1] + length: s["bytes_served_hit"] >= served)
         after = await counters()
         deltas.append((after[0] - before[0], after[1] - before[1]))
-    assert deltas == [(2, 20), (2, 20)]  # two chunks touched, 20 bytes served
+    assert deltas == [(chunks, length), (chunks, length)]  # every chunk touched, each byte
 
 
 def chunk_file(cache_dir: Path, etag: str, index: int) -> Path:
@@ -280,6 +288,29 @@ async def test_a_torn_chunk_file_is_never_sent_and_is_fetched_again(
     writer.write(plain)
     status, headers, body = await read_response(reader)  # caught before the head
     assert (status, headers["x-cache"], body) == (206, "MISS", data[CHUNK + 10:CHUNK + 1010])
+    writer.close()
+
+
+async def test_a_torn_chunk_file_is_never_sent_with_sendfile_and_is_fetched_again(
+    make_spoke: SpokeFactory, tmp_path: Path, dataset: Dataset, http: aiohttp.ClientSession
+) -> None:
+    # A range worth a sendfile: its chunks' sizes are checked before the head goes, so a
+    # file cut short while open is fetched again, never sent short after a whole head.
+    spoke = await make_spoke()
+    data = dataset[1][BIG]
+    await warm(http, spoke, BIG)
+    async with http.head(f"{spoke.url}/objects/{BIG}") as resp:
+        etag = resp.headers["ETag"]
+    first, last = CHUNK + 10, 6 * CHUNK + 9
+    large = get(BIG, f"Range: bytes={first}-{last}")
+    reader, writer = await connect(spoke.url)
+    writer.write(large)
+    status, headers, body = await read_response(reader)
+    assert (status, headers["x-cache"], body) == (206, "HIT", data[first:last + 1])
+    os.truncate(chunk_file(tmp_path / "cache", etag, 3), 500)  # torn while open
+    writer.write(large)
+    status, headers, body = await read_response(reader)  # caught before the head
+    assert (status, headers["x-cache"], body) == (206, "PARTIAL", data[first:last + 1])
     writer.close()
 
 

@@ -7,7 +7,7 @@ import pytest
 from protocol.conditional import NS, PreconditionFailed
 from protocol.errors import RangeNotSatisfiable, TooManyRanges
 from protocol.ranges import MAX_RANGES, ByteRange
-from protocol.response import Representation, ResponsePlan, plan_response
+from protocol.response import Representation, ResponsePlan, plan_response, reframed
 
 DATA = b"0123456789"
 ETAG = '"v1"'
@@ -283,6 +283,22 @@ def test_max_ranges_multipart_length_matches_body() -> None:
     assert len(body) == plan.content_length == int(dict(plan.headers)["Content-Length"])
     assert body.count(b"--BOUNDARY\r\n") == MAX_RANGES
     assert body.endswith(b"\r\n--BOUNDARY--\r\n")
+
+
+@pytest.mark.parametrize("header, ranges", [
+    ("bytes=0-1,2-3,7-8", [(0, 2), (2, 4), (7, 9)]),  # ascending, touching: kept apart
+    ("bytes=7-8,0-1,4-5", [(7, 9), (0, 2), (4, 6)]),  # disjoint: the order asked for
+    ("bytes=4-6,0-1,5-8", [(0, 2), (4, 9)]),  # overlapping: merged, in order
+])
+def test_ranges_are_merged_only_when_they_overlap(
+    header: str, ranges: list[tuple[int, int]]
+) -> None:
+    plan = plan_response("GET", {"Range": header}, REP, B, NOW)
+    assert plan.ranges == [ByteRange(a, b) for a, b in ranges]
+    body = render(plan, DATA)
+    assert len(body) == plan.content_length == int(dict(plan.headers)["Content-Length"])
+    again = reframed(plan, "OTHER")
+    assert len(render(again, DATA)) == again.content_length == len(body) - 3 * (len(ranges) + 1)
 
 
 def test_overlapping_many_ranges_merge_to_whole() -> None:
