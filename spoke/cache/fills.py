@@ -412,7 +412,7 @@ class Fills:
         row = ChunkRow(key.name, key.path, key.etag, len(data), manifest.digest_alg,
                        manifest.digests[key.index], now, now, tenant)
         writing = loop.run_in_executor(self._writers, store.write, key.name, memoryview(data))
-        indexed = loop.run_in_executor(self.db.executor, index.add, row)
+        indexed = self.db.add_row(row)
         written, row_error = await asyncio.gather(writing, indexed, return_exceptions=True)
         file_error = written if isinstance(written, BaseException) else None
         if file_error is not None or row_error is not None:

@@ -8,7 +8,10 @@ it is counted under its kind in ``disk_errors`` and the spoke serves on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -28,6 +31,47 @@ class IndexThread:
         self.index = index
         self.disk_errors = disk_errors
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="spoke-index")
+        # New chunks' rows waiting for the index thread, and whether a job drains them.
+        self._rows: deque[tuple[ChunkRow, asyncio.Future[None]]] = deque()
+        self._rows_lock = threading.Lock()
+        self._draining = False
+        self.row_batches = 0  # transactions that wrote queued rows
+
+    def add_row(self, row: ChunkRow) -> asyncio.Future[None]:
+        """Add ``row`` to the index; done once it is written (or with the disk's error).
+
+        Rows queued while the index thread is busy go in together, one transaction:
+        under a cold stream a dozen chunks land at once, and a transaction and a
+        thread hop each is most of what their rows cost. Rows keep their order with
+        every other index call: the job that writes a row is queued before any call
+        made after the row was.
+        """
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        with self._rows_lock:
+            self._rows.append((row, done))
+            if self._draining:
+                return done
+            self._draining = True
+        loop.run_in_executor(self.executor, self._write_rows, loop)
+        return done
+
+    def _write_rows(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            with self._rows_lock:
+                if not self._rows:
+                    self._draining = False
+                    return
+                batch = list(self._rows)
+                self._rows.clear()
+            error: Exception | None = None
+            try:
+                self.index.add_many(row for row, _ in batch)
+            except Exception as exc:  # each waiting publish handles it as its own
+                error = exc
+            self.row_batches += 1
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(_settle, [done for _, done in batch], error)
 
     async def run(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call, *args)
@@ -93,3 +137,13 @@ class IndexThread:
     async def close(self) -> None:
         await self.run(self.index.close)
         self.executor.shutdown(wait=True)
+
+
+def _settle(waiting: list[asyncio.Future[None]], error: Exception | None) -> None:
+    for done in waiting:
+        if done.cancelled():
+            continue
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)

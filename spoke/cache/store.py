@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import mmap
 import os
 import secrets
@@ -106,6 +107,10 @@ class ChunkStore:
         # before Linux 6.6, some FUSE and network filesystems).
         self.direct = direct and hasattr(os, "O_DIRECT")
         self._aligned = _AlignedBuffers(keep=4)
+        # Temp names: unique to this store object (O_EXCL refuses a clash anyway), with
+        # no random draw, a system call each, per chunk; the pid says whose they are.
+        self._writer_tag = f"{os.getpid()}.{secrets.token_hex(4)}"
+        self._serials = itertools.count()
 
     def path_of(self, name: str) -> str:
         return os.path.join(self._chunks, name[:2], name)
@@ -113,7 +118,7 @@ class ChunkStore:
     def write(self, name: str, data: bytes | bytearray | memoryview) -> os.stat_result:
         """Store ``data`` as chunk ``name``, atomically (temp file, fsync, rename); the
         published file's ``stat`` (its identity: :func:`spoke.cache.integrity.identity_of`)."""
-        tmp = os.path.join(self._tmp, f"{name}.{os.getpid()}.{secrets.token_hex(4)}")
+        tmp = os.path.join(self._tmp, f"{name}.{self._writer_tag}.{next(self._serials)}")
         fd = self._create(tmp)
         try:
             if self.direct:
@@ -131,15 +136,16 @@ class ChunkStore:
         os.close(fd)
         final = self.path_of(name)
         try:
-            # A new bucket directory takes a block of its own: a full disk can refuse it.
-            os.makedirs(os.path.dirname(final), exist_ok=True)
             try:
                 os.rename(tmp, final)
+            except FileNotFoundError:
+                # Its bucket directory is not there yet (or was removed): made on the
+                # first chunk that needs it, not asked after on every one. A new one
+                # takes a block of its own: a full disk can refuse it.
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                _rename_over_stray_dir(tmp, final)
             except IsADirectoryError:
-                # Something not ours took the chunk's name (the cache directory is the
-                # spoke's alone): cleared, or the chunk could never be stored again.
-                shutil.rmtree(final)
-                os.rename(tmp, final)
+                _rename_over_stray_dir(tmp, final)
         except BaseException:
             os.unlink(tmp)
             raise
@@ -262,6 +268,16 @@ class ChunkStore:
 
     def temp_files(self) -> int:
         return sum(1 for _ in os.scandir(self._tmp))
+
+
+def _rename_over_stray_dir(tmp: str, final: str) -> None:
+    try:
+        os.rename(tmp, final)
+    except IsADirectoryError:
+        # Something not ours took the chunk's name (the cache directory is the
+        # spoke's alone): cleared, or the chunk could never be stored again.
+        shutil.rmtree(final)
+        os.rename(tmp, final)
 
 
 def _write_buffered(fd: int, data: memoryview) -> None:

@@ -179,3 +179,41 @@ def test_a_directory_in_a_chunks_place_is_cleared_so_the_chunk_can_be_stored(
     store.write("c0", b"chunk bytes")
     with open(obstacle, "rb") as f:
         assert f.read() == b"chunk bytes"
+
+
+def test_a_bucket_directory_is_made_once_and_again_if_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first chunk of a bucket makes its directory; later ones ask nothing of it
+    (no mkdir or stat per chunk); a bucket removed from under the store is made again."""
+    store = ChunkStore(str(tmp_path / "cache"))
+    made: list[str] = []
+    real_makedirs = os.makedirs
+
+    def counting_makedirs(path: str, *args: Any, **kwargs: Any) -> None:
+        made.append(path)
+        real_makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", counting_makedirs)
+    for i in range(3):
+        store.write(f"ab{i:04d}", _payload(5000, seed=i))
+    assert made == [os.path.dirname(store.path_of("ab0000"))]
+    for entry in os.scandir(made[0]):
+        os.unlink(entry.path)
+    os.rmdir(made[0])
+    store.write("ab0009", _payload(5000, seed=9))
+    assert len(made) == 2
+    _check_stored(store, "ab0009", _payload(5000, seed=9))
+    assert store.temp_files() == 0
+
+
+def test_temp_names_never_clash_across_threads_and_stores(tmp_path: Path) -> None:
+    """Two stores on one directory (a restarted owner, a second process) and many
+    threads each: every write lands, none refused by another's temp file."""
+    stores = [ChunkStore(str(tmp_path / "cache")) for _ in range(2)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: stores[i % 2].write(f"cd{i:04d}", _payload(3000, seed=i)),
+                      range(64)))
+    for i in range(64):
+        _check_stored(stores[0], f"cd{i:04d}", _payload(3000, seed=i))
+    assert stores[0].temp_files() == 0

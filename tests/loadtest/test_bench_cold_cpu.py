@@ -1,0 +1,33 @@
+"""The cold stream cell alone runs end to end: the bare link, a spoke, CPU per GB per part."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest.bench_cold_cpu import main, parse_side
+
+
+def test_the_cold_stream_cell_reports_each_part_of_the_path(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--rounds", "1", "--readers", "2", "--shards", "2", "--shard-mib", "8",
+                 "--side", "defaults=.", "--side", "readahead 8=.:--readahead,8"]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[2].startswith("| side | flags | ÷ bare link")
+    rows = [row.strip("| ").split(" | ") for row in table[4:]]
+    assert [row[0] for row in rows] == ["bare link", "defaults", "readahead 8"]
+    assert rows[2][1] == "`--readahead 8`"
+    bare, *spokes = rows
+    assert float(bare[4]) > 0 and bare[-1] == "0"  # no spoke, no fetches
+    for row in spokes:
+        client, hub, link, spoke, loop, total = (float(v) for v in row[5:11])
+        assert float(row[2]) > 0 and spoke > 0 and 0 < loop <= spoke
+        assert total == pytest.approx(client + hub + link + spoke, abs=0.02)
+        assert row[-1] == "4"  # 16 MiB in 4 MiB chunks, each fetched once
+
+
+def test_a_side_names_a_checkout_and_its_flags() -> None:
+    side = parse_side("ra8=/tmp/tree:--readahead,8")
+    assert (side.name, side.tree, side.flags) == ("ra8", "/tmp/tree", ("--readahead", "8"))
+    with pytest.raises(Exception, match="NAME=TREE"):
+        parse_side("no-tree")
