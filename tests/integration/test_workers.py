@@ -269,14 +269,19 @@ async def test_a_large_range_is_answered_alike_by_either_process(
     data = dataset[1][BIG]
     owner = await warm(workers)
     a, b = CHUNK + 11, 6 * CHUNK + 5  # 6 chunks, ~320 KiB
-    answers = await asyncio.gather(*(
-        exchange(workers.url, request(f"/objects/{BIG}", f"Range: bytes={a}-{b}"))
-        for _ in range(CONNECTIONS)))
     heads: dict[bool, list[dict[str, str]]] = {}
-    for [(status, fields, body)] in answers:
-        assert (status, fields["x-cache"], body) == (206, "HIT", data[a:b + 1])
-        same = {k: v for k, v in fields.items() if k not in ("date", "x-request-id")}
-        heads.setdefault(fields["x-request-id"][:8] == owner, []).append(same)
+    # Rounds until both have answered some: on a loaded machine the metadata's 1 s TTL
+    # can lapse within a round, and a reader then hands its reads to the owner.
+    for _ in range(10):
+        answers = await asyncio.gather(*(
+            exchange(workers.url, request(f"/objects/{BIG}", f"Range: bytes={a}-{b}"))
+            for _ in range(CONNECTIONS)))
+        for [(status, fields, body)] in answers:
+            assert (status, fields["x-cache"], body) == (206, "HIT", data[a:b + 1])
+            same = {k: v for k, v in fields.items() if k not in ("date", "x-request-id")}
+            heads.setdefault(fields["x-request-id"][:8] == owner, []).append(same)
+        if set(heads) == {True, False}:
+            break
     assert set(heads) == {True, False}  # both answered some
     assert all(h == heads[True][0] for group in heads.values() for h in group)
 
