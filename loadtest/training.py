@@ -74,6 +74,9 @@ class Setup:
     half_cache_bytes: int  # the one-chunk-sample dataset of the half-cache check
     half_cache_epochs: int
     window: int  # shard-aware window, in chunks
+    # The job's setup between making its loader and its first epoch (a sleep standing
+    # in for building the model, as the step's does for the GPU); every phase has it.
+    setup_s: float = 0.0
     # Samplers on the dataset twice the cache: "noplan" (a plain shuffle) adds a phase.
     twice: tuple[str, ...] = ("shard_aware", "uniform", "noplan")
 
@@ -172,6 +175,7 @@ class RankJob:
     seed: int
     window: int
     chunk_size: int
+    setup_s: float
     out: str
 
 
@@ -193,9 +197,11 @@ def run_rank(job: RankJob, barrier: Barrier) -> None:
         sampler = PlannedSampler(dataset, seed=job.seed, rank=job.rank, world_size=job.ranks,
                                  shard_aware=job.sampler == "shard_aware", window=job.window,
                                  chunk_size=job.chunk_size, job=f"training-{job.phase}")
+    made = time.time()  # a PlannedSampler has booked epoch 0's plan by now
     gate = Gate(sampler, barrier)
     loader = DataLoader(dataset, batch_size=BATCH, sampler=gate, num_workers=job.workers,
                         persistent_workers=job.workers > 0, collate_fn=collate)
+    time.sleep(job.setup_s)  # the model
     batches: list[dict[str, float]] = []
     epochs: list[dict[str, float]] = []
     for epoch in range(job.epochs):
@@ -214,7 +220,7 @@ def run_rank(job: RankJob, barrier: Barrier) -> None:
             last = end
         epochs.append({"epoch": epoch, "start": start, "end": last})
     with open(job.out, "w") as f:
-        json.dump({"batches": batches, "epochs": epochs}, f)
+        json.dump({"batches": batches, "epochs": epochs, "sampler_made": made}, f)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -325,6 +331,11 @@ def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str
             "read_p50_ms": 1000 * quantile(reads, 0.50),
             "read_p99_ms": 1000 * quantile(reads, 0.99),
             "steady_from_batch": steady,
+            # From making the sampler to the epoch's clock starting (the loader's first
+            # ask, workers up): the head start a plan booked at construction gets.
+            **({"sampler_to_start_s": statistics.fmean(
+                s["start"] - r["sampler_made"] for s, r in zip(spans, ranks, strict=True))}
+               if epoch == 0 else {}),
             "batches": min(len(bs) for bs in per_rank),
             **poller.between(start, end),
             "timeline": timeline,
@@ -344,7 +355,7 @@ def run_phase(name: str, setup: Setup, source: str, paths: list[str], sampler: s
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(ranks)
     jobs = [RankJob(name, r, ranks, setup.workers, setup.step_s, epochs, source,
-                    tuple(paths), sampler, 17, setup.window, setup.chunk_size,
+                    tuple(paths), sampler, 17, setup.window, setup.chunk_size, setup.setup_s,
                     os.path.join(out_dir, f"{name}-rank{r}.json")) for r in range(ranks)]
     procs = [ctx.Process(target=run_rank, args=(job, barrier), name=f"{name}-{job.rank}")
              for job in jobs]
@@ -540,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=int)
     parser.add_argument("--bandwidth-kb-s", type=int, help="cap per connection, KB/s")
     parser.add_argument("--half-cache-size", type=parse_size)
+    parser.add_argument("--setup-ms", type=float,
+                        help="the job's setup (the model) between its loader and epoch 0")
     parser.add_argument("--phases", default=",".join(PHASES),
                         help=f"a subset of {','.join(PHASES)} (local always runs)")
     parser.add_argument("--spoke-arg", action="append", default=[], metavar="ARG",
@@ -551,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
                  "step_s": None if args.step_ms is None else args.step_ms / 1000,
                  "dataset_bytes": args.dataset_size, "shard_bytes": args.shard_size,
                  "chunk_size": args.chunk_size, "latency_ms": args.latency_ms,
-                 "bandwidth_kb_s": args.bandwidth_kb_s, "half_cache_bytes": args.half_cache_size}
+                 "bandwidth_kb_s": args.bandwidth_kb_s, "half_cache_bytes": args.half_cache_size,
+                 "setup_s": None if args.setup_ms is None else args.setup_ms / 1000}
     setup = replace(setup, **{k: v for k, v in overrides.items() if v is not None})
     started = time.time()
     phases = [p for p in args.phases.split(",") if p]
