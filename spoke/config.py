@@ -116,10 +116,7 @@ class _Cache:
         "--meta-ttl", default="3600", parse=float,
         help="seconds an object's size/etag is trusted before asking the hub again "
              "(lower it for objects rewritten in place)")
-    # The link's cap is per connection: a cold job's first batches want many chunks at
-    # once, and at 32 a uniformly shuffled training run's first batches need one round
-    # of fetches rather than two (docs/performance.md, "Training").
-    fetch_concurrency: int = setting("--fetch-concurrency", default=32, parse=positive(int),
+    fetch_concurrency: int = setting("--fetch-concurrency", default=16, parse=positive(int),
                                      help="chunk fetches in flight to the hub at once")
     readahead_chunks: int = setting("--readahead", default=4, parse=_count,
                                     help="chunks fetched ahead of a reader within one range")
