@@ -6,6 +6,10 @@ A hub over a generated dataset of 4096-token samples (16 KiB, in shard files), a
 Toxiproxy link (60 ms and a bandwidth cap per connection), and one cold spoke per
 phase. R rank processes each run a DataLoader (``num_workers`` processes, batch 24)
 and a fixed step (a sleep standing in for the GPU), each epoch started together.
+Each rank makes its dataset, its sampler and its loader, then sleeps ``--setup-ms``
+(0 by default; standing in for building the model, which real jobs do between
+making the loader and the first step), in every phase alike; the epoch's clock
+starts at the loader's first ask for indices.
 
 Phases:
 
@@ -24,7 +28,8 @@ Phases:
 
 Writes ``DIR/summary.json`` (per phase and epoch: samples/s, util = step time over
 wall time, read p50/p99, chunk hit ratio, hub egress, the batch from which the epoch
-is steady, the time a rank waited for its first batch and for all the others) and
+is steady, the time a rank waited for its first batch and for all the others; for the
+first epoch, the time from making the sampler to the clock's start) and
 ``DIR/timeline.png`` (per batch, cold to warm). Everything listens on 127.0.0.1 and
 every process started is stopped by PID.
 """
@@ -135,9 +140,10 @@ class TimedSamples(ShardedSamples):
 class Gate(Sampler[int]):
     """Holds each epoch's first index until every rank is there, and notes the time.
 
-    The loader asks for its first indices once its workers are up, so the epoch's
-    clock starts with workers running (a job's start-up, not its data loading), and
-    the sampler inside (a :class:`PlannedSampler` registers its plan here) runs after.
+    The loader asks for its first indices once its workers are started, so the epoch's
+    clock starts with workers starting (their start-up is inside it, as for the local
+    phase), after the rank's setup; a :class:`PlannedSampler` inside booked its first
+    plan when it was made, before the loader and the setup.
     """
 
     def __init__(self, inner: Sampler[int], barrier: Barrier) -> None:
