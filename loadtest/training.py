@@ -6,6 +6,10 @@ A hub over a generated dataset of 4096-token samples (16 KiB, in shard files), a
 Toxiproxy link (60 ms and a bandwidth cap per connection), and one cold spoke per
 phase. R rank processes each run a DataLoader (``num_workers`` processes, batch 24)
 and a fixed step (a sleep standing in for the GPU), each epoch started together.
+Each rank makes its dataset, its sampler and its loader, then sleeps ``--setup-ms``
+(0 by default; standing in for building the model, which real jobs do between
+making the loader and the first step), in every phase alike; the epoch's clock
+starts at the loader's first ask for indices.
 
 Phases:
 
@@ -24,7 +28,8 @@ Phases:
 
 Writes ``DIR/summary.json`` (per phase and epoch: samples/s, util = step time over
 wall time, read p50/p99, chunk hit ratio, hub egress, the batch from which the epoch
-is steady, the time a rank waited for its first batch and for all the others) and
+is steady, the time a rank waited for its first batch and for all the others; for the
+first epoch, the time from making the sampler to the clock's start) and
 ``DIR/timeline.png`` (per batch, cold to warm). Everything listens on 127.0.0.1 and
 every process started is stopped by PID.
 """
@@ -74,6 +79,9 @@ class Setup:
     half_cache_bytes: int  # the one-chunk-sample dataset of the half-cache check
     half_cache_epochs: int
     window: int  # shard-aware window, in chunks
+    # The job's setup between making its loader and its first epoch (a sleep standing
+    # in for building the model, as the step's does for the GPU); every phase has it.
+    setup_s: float = 0.0
     # Samplers on the dataset twice the cache: "noplan" (a plain shuffle) adds a phase.
     twice: tuple[str, ...] = ("shard_aware", "uniform", "noplan")
 
@@ -132,9 +140,10 @@ class TimedSamples(ShardedSamples):
 class Gate(Sampler[int]):
     """Holds each epoch's first index until every rank is there, and notes the time.
 
-    The loader asks for its first indices once its workers are up, so the epoch's
-    clock starts with workers running (a job's start-up, not its data loading), and
-    the sampler inside (a :class:`PlannedSampler` registers its plan here) runs after.
+    The loader asks for its first indices once its workers are started, so the epoch's
+    clock starts with workers starting (their start-up is inside it, as for the local
+    phase), after the rank's setup; a :class:`PlannedSampler` inside booked its first
+    plan when it was made, before the loader and the setup.
     """
 
     def __init__(self, inner: Sampler[int], barrier: Barrier) -> None:
@@ -172,6 +181,7 @@ class RankJob:
     seed: int
     window: int
     chunk_size: int
+    setup_s: float
     out: str
 
 
@@ -193,9 +203,11 @@ def run_rank(job: RankJob, barrier: Barrier) -> None:
         sampler = PlannedSampler(dataset, seed=job.seed, rank=job.rank, world_size=job.ranks,
                                  shard_aware=job.sampler == "shard_aware", window=job.window,
                                  chunk_size=job.chunk_size, job=f"training-{job.phase}")
+    made = time.time()  # a PlannedSampler has booked epoch 0's plan by now
     gate = Gate(sampler, barrier)
     loader = DataLoader(dataset, batch_size=BATCH, sampler=gate, num_workers=job.workers,
                         persistent_workers=job.workers > 0, collate_fn=collate)
+    time.sleep(job.setup_s)  # the model
     batches: list[dict[str, float]] = []
     epochs: list[dict[str, float]] = []
     for epoch in range(job.epochs):
@@ -214,7 +226,7 @@ def run_rank(job: RankJob, barrier: Barrier) -> None:
             last = end
         epochs.append({"epoch": epoch, "start": start, "end": last})
     with open(job.out, "w") as f:
-        json.dump({"batches": batches, "epochs": epochs}, f)
+        json.dump({"batches": batches, "epochs": epochs, "sampler_made": made}, f)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -325,6 +337,11 @@ def summarise(ranks: list[dict[str, Any]], poller: StatsPoller) -> list[dict[str
             "read_p50_ms": 1000 * quantile(reads, 0.50),
             "read_p99_ms": 1000 * quantile(reads, 0.99),
             "steady_from_batch": steady,
+            # From making the sampler to the epoch's clock starting (the loader's first
+            # ask, workers up): the head start a plan booked at construction gets.
+            **({"sampler_to_start_s": statistics.fmean(
+                s["start"] - r["sampler_made"] for s, r in zip(spans, ranks, strict=True))}
+               if epoch == 0 else {}),
             "batches": min(len(bs) for bs in per_rank),
             **poller.between(start, end),
             "timeline": timeline,
@@ -344,7 +361,7 @@ def run_phase(name: str, setup: Setup, source: str, paths: list[str], sampler: s
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(ranks)
     jobs = [RankJob(name, r, ranks, setup.workers, setup.step_s, epochs, source,
-                    tuple(paths), sampler, 17, setup.window, setup.chunk_size,
+                    tuple(paths), sampler, 17, setup.window, setup.chunk_size, setup.setup_s,
                     os.path.join(out_dir, f"{name}-rank{r}.json")) for r in range(ranks)]
     procs = [ctx.Process(target=run_rank, args=(job, barrier), name=f"{name}-{job.rank}")
              for job in jobs]
@@ -540,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=int)
     parser.add_argument("--bandwidth-kb-s", type=int, help="cap per connection, KB/s")
     parser.add_argument("--half-cache-size", type=parse_size)
+    parser.add_argument("--setup-ms", type=float,
+                        help="the job's setup (the model) between its loader and epoch 0")
     parser.add_argument("--phases", default=",".join(PHASES),
                         help=f"a subset of {','.join(PHASES)} (local always runs)")
     parser.add_argument("--spoke-arg", action="append", default=[], metavar="ARG",
@@ -551,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
                  "step_s": None if args.step_ms is None else args.step_ms / 1000,
                  "dataset_bytes": args.dataset_size, "shard_bytes": args.shard_size,
                  "chunk_size": args.chunk_size, "latency_ms": args.latency_ms,
-                 "bandwidth_kb_s": args.bandwidth_kb_s, "half_cache_bytes": args.half_cache_size}
+                 "bandwidth_kb_s": args.bandwidth_kb_s, "half_cache_bytes": args.half_cache_size,
+                 "setup_s": None if args.setup_ms is None else args.setup_ms / 1000}
     setup = replace(setup, **{k: v for k, v in overrides.items() if v is not None})
     started = time.time()
     phases = [p for p in args.phases.split(",") if p]

@@ -165,8 +165,9 @@ class PlannedSampler(Sampler[int]):
     """A shuffling sampler that tells the spoke each epoch's reads before making them.
 
     Each epoch (``set_epoch``; without it, each new pass is the next epoch) draws a
-    permutation from ``seed`` and the epoch, registers it (at ``set_epoch``, or else
-    before the first index is yielded) with the spoke as a read
+    permutation from ``seed`` and the epoch, registers it (epoch 0's when the sampler
+    is made, unless ``register_now=False``; a later one at ``set_epoch``, or else
+    before its first index is yielded) with the spoke as a read
     plan (``POST /plans``) followed by the first ``lookahead`` of the next epoch's
     reads, so the spoke's prefetch runs on across the epoch boundary (only a part:
     a read of the epoch's end that the next epoch's start repeats is ambiguous to the
@@ -205,6 +206,7 @@ class PlannedSampler(Sampler[int]):
         chunk_size: int = 4 << 20,
         job: str | None = None,
         lookahead: float = 0.25,
+        register_now: bool = True,
     ) -> None:
         distributed = dist.is_available() and dist.is_initialized()
         if world_size is None:
@@ -240,6 +242,11 @@ class PlannedSampler(Sampler[int]):
         self.plan_id: str | None = None  # the plan of the epoch being read
         self._registered: int | None = None  # the epoch plan_id is of
         self._warned = False
+        if register_now:
+            # The loader's workers and the job's model are made after the sampler:
+            # the spoke fetches the first batches meanwhile. A job that resumes at a
+            # later epoch says register_now=False (or its set_epoch drops this plan).
+            self._register(self.epoch)
 
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch`` next, and tell the spoke now: while the loader starts its

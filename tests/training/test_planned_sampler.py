@@ -101,6 +101,40 @@ def test_persistent_workers_read_each_epoch_under_its_plan(
     requests.delete(f"{url}/plans/{sampler.plan_id}", timeout=30)
 
 
+def test_epoch_0_is_booked_when_the_sampler_is_made(
+    servers: tuple[str, str, dict[str, bytes]]
+) -> None:
+    url, _, _ = servers
+    dataset = ShardedSamples(url, prefix="tok/", tokens_per_sample=TOKENS)
+    sampler = PlannedSampler(dataset, seed=5)
+    made = sampler.plan_id
+    # Before the loader (or set_epoch) asks: the spoke has the epoch and a quarter.
+    assert made is not None and plans(url)[made]["chunk_reads"] == N + N // 4
+    sampler.set_epoch(0)
+    first = list(sampler)
+    assert sampler.plan_id == made and first == sampler.order(0)
+    assert all(isinstance(i, PlannedIndex) and i.plan == made for i in first)
+    requests.delete(f"{url}/plans/{made}", timeout=30)
+
+
+def test_a_sampler_told_not_to_books_on_set_epoch_or_its_first_pass(
+    servers: tuple[str, str, dict[str, bytes]]
+) -> None:
+    url, _, _ = servers
+    dataset = ShardedSamples(url, prefix="tok/", tokens_per_sample=TOKENS)
+    before = plans(url)
+    sampler = PlannedSampler(dataset, seed=6, register_now=False)
+    assert sampler.plan_id is None and plans(url) == before
+    sampler.set_epoch(3)  # a job resuming at epoch 3 books that epoch, and only it
+    booked = set(plans(url)) - set(before)
+    assert booked == {sampler.plan_id} and list(sampler) == sampler.order(3)
+    lazy = PlannedSampler(dataset, seed=7, register_now=False)
+    assert lazy.plan_id is None
+    assert list(lazy) == lazy.order(0) and lazy.plan_id in plans(url)
+    for plan in (sampler.plan_id, lazy.plan_id):
+        requests.delete(f"{url}/plans/{plan}", timeout=30)
+
+
 def test_without_set_epoch_each_pass_is_the_next_epoch(
     servers: tuple[str, str, dict[str, bytes]]
 ) -> None:
@@ -118,9 +152,9 @@ def test_ranks_share_one_plan_and_split_the_epoch(
 ) -> None:
     url, _, files = servers
     world = 4
+    before = plans(url)
     samplers = [PlannedSampler(ShardedSamples(url, prefix="tok/", tokens_per_sample=TOKENS),
                                seed=9, rank=r, world_size=world) for r in range(world)]
-    before = plans(url)
     shares = [list(s) for s in samplers]
     assert {s.plan_id for s in samplers} == {samplers[0].plan_id}
     assert set(plans(url)) - set(before) == {samplers[0].plan_id}  # one plan for the job
@@ -206,8 +240,8 @@ def test_an_endpoint_without_plans_reads_plainly(
 ) -> None:
     _, hub, files = servers
     dataset = ShardedSamples(hub, prefix="tok/", tokens_per_sample=TOKENS)
-    sampler = PlannedSampler(dataset, seed=3)
     with caplog.at_level(logging.WARNING):
+        sampler = PlannedSampler(dataset, seed=3)
         rows = [row for batch in DataLoader(dataset, batch_size=8, sampler=sampler,
                                             num_workers=2) for row in batch]
     assert sampler.plan_id is None and "reading without one" in caplog.text

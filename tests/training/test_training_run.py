@@ -14,7 +14,7 @@ def test_a_tiny_training_run_writes_the_summary_and_the_plot(tmp_path: Path) -> 
         [sys.executable, "-m", "loadtest.training", "--out", str(out), "--ranks", "2",
          "--workers", "2", "--dataset-size", "2MiB", "--shard-size", "512KiB",
          "--chunk-size", "256KiB", "--step-ms", "5", "--half-cache-size", "512KiB",
-         "--phases", "plan,noplan,half"],
+         "--setup-ms", "50", "--phases", "plan,noplan,half"],
         capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -26,6 +26,11 @@ def test_a_tiny_training_run_writes_the_summary_and_the_plot(tmp_path: Path) -> 
         assert figures["samples_per_s"] > 0 and 0 < figures["util"] <= 1
         assert figures["batches"] == -(-(dataset // summary["sample_bytes"] // 2) // 24)
         assert figures["first_batch_wait_s"] > 0 and figures["later_batches_wait_s"] >= 0
+    # Every phase, the local one too, has the job's setup between its sampler and its
+    # first epoch (where a plan booked with the sampler is already being fetched).
+    for figures in (summary["local"], summary["plan"]["cold"], summary["noplan"]["cold"]):
+        assert figures["sampler_to_start_s"] >= 0.05
+    assert "sampler_to_start_s" not in summary["plan"]["warm"]
     # The dataset fits the cache: the hub sends each byte once, plan or not (the
     # hub's own count; the per-epoch figures come from /stats polled every 50 ms, so
     # the last fetches of one epoch may be counted in the next).
