@@ -21,9 +21,8 @@ from aiohttp import web
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
 from protocol.s3 import xml
-from protocol.s3.credentials import S3Key
 from protocol.s3.requests import Operation, Target, bucket_from_host, decodes, target
-from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
+from protocol.s3.sigv4 import AUTH_QUERY_PARAMS, Verified, epoch_s
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
 from service.limits import LIMIT
@@ -55,22 +54,19 @@ MAX_REMEMBERED_TARGETS = 10_000
 
 
 class FastRead(NamedTuple):
-    """An S3 read a fast path answers: the ``/objects`` read ``plain`` of ``path``."""
+    """A request target a fast read may have (its path and query as sent, and the object
+    they name), and ``objects_target``: the ``/objects`` read of it. Made once per
+    target; its strings, hashed once, are the keys of the memos it is looked up in."""
 
     raw_path: str  # as the request named it, for its errors' Resource
-    bucket: str
-    path: str
-    plain: RequestHead
-
-
-class _Named(NamedTuple):
-    """A request target a fast read may have: its path and query as sent, and the
-    object they name."""
-
-    raw_path: str
     raw_query: str
     bucket: str
     path: str
+    objects_target: str
+
+
+# A fast path's fields are keyed by lower-case name: dict's own methods skip Headers' lower().
+_field = dict.get
 
 
 class FastTargets:
@@ -84,16 +80,20 @@ class FastTargets:
         # (a presigned URL's above all), and the head reader hands back the same string
         # for each: its hash is computed once, and so are those of the parts kept here,
         # which the signature's memo is keyed by.
-        self._targets: dict[str, _Named | None] = {}
-        # By target, the last key whose prefixes were found to cover its object: a key
-        # is frozen, so the same key (the same object) is answered the same.
-        self._scoped: dict[str, S3Key] = {}
+        self._targets: dict[str, FastRead | None] = {}
+        # By target, the last verdict on its signature (its key, its age), found within
+        # the key's scope for the target's object: a request of the same target (every
+        # character: it is the key) whose verdict holds (the same method, the same signed
+        # fields, the same key, still in date) is the same request, and so is its answer.
+        self._verified: dict[str, Verified] = {}
 
-    def read(self, head: RequestHead) -> FastRead | None:
-        """``head`` as a fast read, or None: aiohttp's to answer (a refusal included)."""
-        if not FAST_FIELDS.issuperset(head.headers):
+    def read(self, head: RequestHead) -> tuple[FastRead, RequestHead] | None:
+        """``head`` as a fast read and its ``/objects`` head, or None: aiohttp's to
+        answer (a refusal included)."""
+        fields = head.headers
+        if not FAST_FIELDS.issuperset(fields):
             return None
-        if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
+        if self.domain and bucket_from_host(_field(fields, "host") or "", self.domain):
             return None  # virtual-hosted: aiohttp's
         try:
             named = self._targets[head.target]
@@ -101,24 +101,25 @@ class FastTargets:
             named = self._named(head.target)
         if named is None:
             return None
-        rng = head.headers.get("range")
+        rng = _field(fields, "range")
         if rng is not None and ("," in rng or head.method == "HEAD"):
             return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
-        if self.access.keys is not None:
-            try:
-                key = self.access.caller(head.method, named.raw_path, named.raw_query,
-                                         head.headers)
-                if key is not None and self._scoped.get(head.target) is not key:
-                    check_object(key, named.path)
-                    self._scoped[head.target] = key
-            except ProtocolError:
-                return None  # aiohttp answers the 403, and counts it
-        fields = head.headers if READ_FIELDS.issuperset(head.headers) else Headers(
-            {k: v for k, v in head.headers.items() if k in READ_FIELDS})
-        plain = RequestHead(head.method, f"{OBJECTS}{named.path}", fields, head.keep_alive)
-        return FastRead(named.raw_path, named.bucket, named.path, plain)
+        access = self.access
+        keys = access.keys
+        if keys is not None:
+            seen = self._verified.get(head.target)
+            if seen is None or not seen.holds(head.method, fields, keys, epoch_s(access.now())):
+                try:
+                    seen = access.verified(head.method, named.raw_path, named.raw_query, fields)
+                    check_object(seen.key, named.path)
+                except ProtocolError:
+                    return None  # aiohttp answers the 403, and counts it
+                self._verified[head.target] = seen
+        if not READ_FIELDS.issuperset(fields):
+            fields = Headers({k: v for k, v in fields.items() if k in READ_FIELDS})
+        return named, RequestHead(head.method, named.objects_target, fields, head.keep_alive)
 
-    def _named(self, request_target: str) -> _Named | None:
+    def _named(self, request_target: str) -> FastRead | None:
         """The object path-style ``request_target`` names, with a query a fast read may
         carry; or None (not an object, another query, or invalid: aiohttp's to
         refuse). Validated once, then remembered."""
@@ -130,10 +131,11 @@ class FastTargets:
         named = None
         if where is not None and where.bucket and where.key and not where.key.endswith("/") \
                 and _fast_query(raw_query):
-            named = _Named(raw_path, raw_query, where.bucket, where.path)
+            named = FastRead(raw_path, raw_query, where.bucket, where.path,
+                             f"{OBJECTS}{where.path}")
         if len(self._targets) >= MAX_REMEMBERED_TARGETS:
             self._targets.clear()
-            self._scoped.clear()
+            self._verified.clear()
         self._targets[request_target] = named
         return named
 
@@ -164,14 +166,15 @@ class S3FastReads:
         read = self.targets.read(head)
         if read is None:
             return None
-        unknown = not self.buckets.known(read.bucket)
-        if unknown and reads.cache.fresh_manifest(read.path) is not None:
-            self.buckets.saw(read.bucket)  # it holds an object
+        named, plain = read
+        unknown = not self.buckets.known(named.bucket)
+        if unknown and reads.cache.fresh_manifest(named.path) is not None:
+            self.buckets.saw(named.bucket)  # it holds an object
             unknown = False
         if unknown:
-            return self._once_known(reads, read.plain, conn, read.raw_path, read.bucket,
-                                    read.path)
-        return self._delegate(read.plain, conn, read.raw_path)
+            return self._once_known(reads, plain, conn, named.raw_path, named.bucket,
+                                    named.path)
+        return self._delegate(plain, conn, named.raw_path)
 
     async def _once_known(
         self, reads: ObjectReads, plain: RequestHead, conn: FastConnection, raw_path: str,

@@ -54,9 +54,10 @@ class S3ReaderReads:
         read = self.targets.read(head)
         if read is None:
             return None
-        amz = AmzConnection(conn, read.raw_path, self.stats.errors)
+        named, plain = read
+        amz = AmzConnection(conn, named.raw_path, self.stats.errors)
         started = time.perf_counter()
-        answer = self.reads(read.plain, amz)
+        answer = self.reads(plain, amz)
         if answer is None or isinstance(answer, Reply):
             if answer is not None:
                 counted(self.stats, GET_OBJECT, answer, started)
