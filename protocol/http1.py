@@ -128,9 +128,14 @@ def parse_request_head(
     size = len(head)
     if size > MAX_REQUEST_HEAD_BYTES:
         return None
-    if with_query and (head.find(_ONCE_ONLY_FIELDS[0]) >= 0 or head.find(_ONCE_ONLY_FIELDS[1]) >= 0
-                       or head.find(_ONCE_ONLY_FIELDS[2]) >= 0):
-        return _parse(head, with_query)
+    if with_query:
+        # Looked for among the fields only, after the request line (a presigned URL's
+        # query is most of the head): each starts with a CRLF, which the line holds none of.
+        fields_at = head.find(b"\r\n")
+        if fields_at >= 0 and (head.find(_ONCE_ONLY_FIELDS[0], fields_at) >= 0
+                               or head.find(_ONCE_ONLY_FIELDS[1], fields_at) >= 0
+                               or head.find(_ONCE_ONLY_FIELDS[2], fields_at) >= 0):
+            return _parse(head, with_query)
     at = head.find(_RANGE_FIELD)
     if at < 0 or size > MAX_SHAPED_HEAD_BYTES:
         return _parse(head, with_query)

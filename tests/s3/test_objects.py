@@ -222,14 +222,14 @@ async def test_warm_ranged_reads_answer_alike_on_the_fast_path(
     fast = front.runner.app[FAST]
     assert isinstance(fast, S3FastReads)
     answered: list[bool] = []
-    inner = fast._objects
+    inner = fast._objects.read
 
     def spy(*args: Any) -> Any:
         reply = inner(*args)
         answered.append(reply is not None)
         return reply
 
-    fast._objects = spy  # type: ignore[assignment]
+    fast._objects.read = spy  # type: ignore[method-assign]
     # A plain range (the fast path's), and one only aiohttp takes (an override).
     for lo, hi in ((0, 99), (CHUNK - 10, CHUNK + 10), (0, 600_000), (5, len(data) - 1)):
         answers = []
@@ -263,14 +263,14 @@ async def test_fast_path_errors_are_s3_xml(
     fast = front.runner.app[FAST]
     assert isinstance(fast, S3FastReads)
     answered: list[bool] = []
-    inner = fast._objects
+    inner = fast._objects.read
 
     def spy(*args: Any) -> Any:
         reply = inner(*args)
         answered.append(reply is not None)
         return reply
 
-    fast._objects = spy  # type: ignore[assignment]
+    fast._objects.read = spy  # type: ignore[method-assign]
     cases = [
         ("GET", "/ds/small.bin", {"If-Match": '"other"'}, 412, "PreconditionFailed"),
         ("GET", "/ds/small.bin", {"If-None-Match": etag}, 304, None),
@@ -323,14 +323,14 @@ async def test_a_cold_first_read_keeps_its_connection_on_the_fast_path(
     fast = front.runner.app[FAST]
     assert isinstance(fast, S3FastReads)
     answered: list[bool] = []
-    inner = fast._objects
+    inner = fast._objects.read
 
     def spy(*args: Any) -> Any:
         reply = inner(*args)
         answered.append(reply is not None)
         return reply
 
-    fast._objects = spy  # type: ignore[assignment]
+    fast._objects.read = spy  # type: ignore[method-assign]
     data = dataset[1]["ds/partial.bin"]
     connector = aiohttp.TCPConnector(limit=1)  # one connection for every request
     async with aiohttp.ClientSession(connector=connector) as one:
@@ -350,14 +350,14 @@ async def test_percent_encoded_keys_take_the_fast_path(
     fast = front.runner.app[FAST]
     assert isinstance(fast, S3FastReads)
     answered: list[bool] = []
-    inner = fast._objects
+    inner = fast._objects.read
 
     def spy(*args: Any) -> Any:
         reply = inner(*args)
         answered.append(reply is not None)
         return reply
 
-    fast._objects = spy  # type: ignore[assignment]
+    fast._objects.read = spy  # type: ignore[method-assign]
     client = front.client()
     for rng, want in ((None, b"0123456789"), ("bytes=2-4", b"234")):
         kwargs = {"Range": rng} if rng else {}
