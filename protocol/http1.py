@@ -129,14 +129,21 @@ def parse_request_head(
     if size > MAX_REQUEST_HEAD_BYTES:
         return None
     if with_query:
-        # Looked for among the fields only, after the request line (a presigned URL's
-        # query is most of the head): each starts with a CRLF, which the line holds none of.
+        # Fields are looked for among the fields only, after the request line (a
+        # presigned URL's query is most of the head): each starts with a CRLF, which the
+        # line holds none of. Each once-only name holds "mz-": one look rules all out.
         fields_at = head.find(b"\r\n")
-        if fields_at >= 0 and (head.find(_ONCE_ONLY_FIELDS[0], fields_at) >= 0
-                               or head.find(_ONCE_ONLY_FIELDS[1], fields_at) >= 0
-                               or head.find(_ONCE_ONLY_FIELDS[2], fields_at) >= 0):
+        if fields_at < 0:
             return _parse(head, with_query)
-    at = head.find(_RANGE_FIELD)
+        lines = head[fields_at:]
+        if b"mz-" in lines and (_ONCE_ONLY_FIELDS[0] in lines or _ONCE_ONLY_FIELDS[1] in lines
+                                or _ONCE_ONLY_FIELDS[2] in lines):
+            return _parse(head, with_query)
+        at = lines.find(_RANGE_FIELD)
+        if at >= 0:
+            at += fields_at
+    else:
+        at = head.find(_RANGE_FIELD)
     if at < 0 or size > MAX_SHAPED_HEAD_BYTES:
         return _parse(head, with_query)
     start = at + len(_RANGE_FIELD)
