@@ -239,20 +239,21 @@ class Verified:
         character), this ``method`` and these ``headers`` (a fast path's fields) verifies
         at ``now_s`` (epoch seconds) with ``keys``, for the same key; False: ask
         :func:`verified`, which says why not (or that it does, after all)."""
-        if method != self.method:
+        key = self.key
+        held = keys.get(key.access_key)
+        if method != self.method or (held is not key and held != key):
             return False
         names = self.names
         fields = []
         for pair in headers.items():
             if pair[0] in names:
                 fields.append(pair)
-        held = keys.get(self.key.access_key)
-        if tuple(fields) != self.fields or (held is not self.key and held != self.key):
+        if tuple(fields) != self.fields:
             return False
-        age_s = now_s - self.at_s
-        if self.expires_s is not None:
-            return -self.max_skew_s <= age_s <= self.expires_s
-        return -self.max_skew_s <= age_s <= self.max_skew_s
+        # As _check_age judges it: a presigned URL to its expiry, a header within the skew.
+        expires_s = self.expires_s
+        return -self.max_skew_s <= now_s - self.at_s <= (
+            self.max_skew_s if expires_s is None else expires_s)
 
 
 _VERIFIED: dict[tuple[str, str, str, str], Verified] = {}

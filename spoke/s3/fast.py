@@ -171,12 +171,18 @@ class S3FastReads:
         self._stats = spoke[S3_STATS]
         self._hit_latency = self._stats.read_latency["hit"]
         self._guarded = GUARD in spoke
+        self._reads: ObjectReads | None = None
 
     def __call__(
         self, head: RequestHead, conn: FastConnection
     ) -> Reply | Awaitable[Reply | None] | None:
-        reads = self.spoke.get(handlers.READS)
-        if reads is None or self._guarded:
+        reads = self._reads
+        if reads is None:
+            # Set once the spoke's cache is open, then for good.
+            reads = self._reads = self.spoke.get(handlers.READS)
+            if reads is None:
+                return None
+        if self._guarded:
             return None  # (guarded: /objects' fast path would ask for a bearer token)
         read = self.targets.read(head)
         if read is None:
@@ -215,22 +221,20 @@ class S3FastReads:
     def _delegate(
         self, reads: ObjectReads, plain: S3ReadHead, conn: FastConnection, path: str,
     ) -> Reply | Awaitable[Reply | None] | None:
-        stats = self._stats
         started = time.perf_counter()
         # The path is valid (FastTargets), and no token is asked for (not guarded).
         answer = self._objects.read(reads, plain, conn, path, "")
-        op = GET_OBJECT if plain.method == "GET" else HEAD_OBJECT
         if answer is None:
             return None
+        op = GET_OBJECT if plain.method == "GET" else HEAD_OBJECT
         if isinstance(answer, Reply):
-            # counted(), inline: this runs on every warm read
-            stats.requests[op] += 1
-            if answer.x_cache == "HIT" and op == GET_OBJECT:
+            if answer.x_cache == "HIT" and op is GET_OBJECT:  # counted(), inline: the warm read
+                self._stats.requests[op] += 1
                 self._hit_latency.observe(time.perf_counter() - started)
-            elif answer.x_cache is not None and op == GET_OBJECT:
-                stats.observe(answer.x_cache, time.perf_counter() - started)
+            else:
+                counted(self._stats, op, answer, started)
             return answer
-        return self._when_done(answer, stats, op, started)
+        return self._when_done(answer, self._stats, op, started)
 
     async def _when_done(
         self, answer: Awaitable[Reply | None], stats: S3Stats, op: str, started: float,
