@@ -135,9 +135,11 @@ def parse_request_head(
         fields_at = head.find(b"\r\n")
         if fields_at < 0:
             return _parse(head, with_query)
+        # (find, not ``in``: that tries its operand as an int first, and pays for the error.)
         lines = head[fields_at:]
-        if b"mz-" in lines and (_ONCE_ONLY_FIELDS[0] in lines or _ONCE_ONLY_FIELDS[1] in lines
-                                or _ONCE_ONLY_FIELDS[2] in lines):
+        if lines.find(b"mz-") >= 0 and (lines.find(_ONCE_ONLY_FIELDS[0]) >= 0
+                                        or lines.find(_ONCE_ONLY_FIELDS[1]) >= 0
+                                        or lines.find(_ONCE_ONLY_FIELDS[2]) >= 0):
             return _parse(head, with_query)
         at = lines.find(_RANGE_FIELD)
         if at >= 0:
