@@ -128,10 +128,24 @@ def parse_request_head(
     size = len(head)
     if size > MAX_REQUEST_HEAD_BYTES:
         return None
-    if with_query and (head.find(_ONCE_ONLY_FIELDS[0]) >= 0 or head.find(_ONCE_ONLY_FIELDS[1]) >= 0
-                       or head.find(_ONCE_ONLY_FIELDS[2]) >= 0):
-        return _parse(head, with_query)
-    at = head.find(_RANGE_FIELD)
+    if with_query:
+        # Fields are looked for among the fields only, after the request line (a
+        # presigned URL's query is most of the head): each starts with a CRLF, which the
+        # line holds none of. Each once-only name holds "mz-": one look rules all out.
+        fields_at = head.find(b"\r\n")
+        if fields_at < 0:
+            return _parse(head, with_query)
+        # (find, not ``in``: that tries its operand as an int first, and pays for the error.)
+        lines = head[fields_at:]
+        if lines.find(b"mz-") >= 0 and (lines.find(_ONCE_ONLY_FIELDS[0]) >= 0
+                                        or lines.find(_ONCE_ONLY_FIELDS[1]) >= 0
+                                        or lines.find(_ONCE_ONLY_FIELDS[2]) >= 0):
+            return _parse(head, with_query)
+        at = lines.find(_RANGE_FIELD)
+        if at >= 0:
+            at += fields_at
+    else:
+        at = head.find(_RANGE_FIELD)
     if at < 0 or size > MAX_SHAPED_HEAD_BYTES:
         return _parse(head, with_query)
     start = at + len(_RANGE_FIELD)

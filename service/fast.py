@@ -138,6 +138,10 @@ class FastServer:
         # A handler with ``takes_queries`` set decodes targets itself: it is offered
         # those with percent-encodings and a query too.
         self.with_query = bool(getattr(handler, "takes_queries", False))
+        # One with ``request_id_header`` set names its front end's own field for the
+        # request id (S3's x-amz-request-id): every head written here carries it too.
+        self.request_id_alias: str | None = getattr(handler, "request_id_header", None)
+        self._protocol = FastProtocol if self.request_id_alias is None else _AliasedIdProtocol
         self.slow = slow
         self.limits = limits
         self.idle_timeout_s = idle_timeout_s
@@ -152,7 +156,7 @@ class FastServer:
             self._sweeper = asyncio.get_running_loop().call_later(
                 min(IDLE_SWEEP_S, self.idle_timeout_s), self._sweep
             )
-        protocol = FastProtocol(self)
+        protocol = self._protocol(self)
         protocol._buf += received
         return protocol
 
@@ -652,6 +656,19 @@ class FastProtocol(asyncio.Protocol):
         if fd is not None:
             asyncio.get_running_loop().remove_writer(fd)
             os.close(fd)
+
+
+class _AliasedIdProtocol(FastProtocol):
+    """A :class:`FastProtocol` whose heads name the request id twice: as ours and as its
+    server's ``request_id_alias``."""
+
+    def head_end(self, keep_alive: bool) -> str:
+        close = "" if keep_alive else "Connection: close\r\n"
+        rid = self.request_id
+        return (
+            f"Date: {_date_now()}\r\nServer: {SERVER}\r\n{REQUEST_ID_HEADER}: {rid}\r\n"
+            f"{self.server.request_id_alias}: {rid}\r\n{close}\r\n"
+        )
 
 
 def finish_after_hang_up() -> None:

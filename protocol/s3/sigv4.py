@@ -32,7 +32,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from urllib.parse import quote, unquote
 
@@ -50,7 +50,7 @@ DEFAULT_MAX_SKEW_S = 900
 # work an unauthenticated client can cause.
 MAX_AUTH_BYTES = 8192
 MAX_SIGNED_HEADERS = 64
-# Requests already verified (see _Verified): a presigned URL read over and over (a loader's
+# Requests already verified (see Verified): a presigned URL read over and over (a loader's
 # shard list, a benchmark) costs one verification, then a comparison of the fields it
 # depends on and a clock check per request. Only requests that verified get in, so a flood
 # of bad signatures cannot churn it.
@@ -150,13 +150,29 @@ def authenticate(
     repeats included, as a mapping (a multidict's ``items()`` yields the repeats) or as pairs.
     Raises :class:`S3AuthError` and nothing else, whatever the input.
     """
+    return verified(method, raw_path, raw_query, headers, keys, now, max_skew_s=max_skew_s,
+                    service=service).key
+
+
+def verified(
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Headers,
+    keys: Mapping[str, S3Key],
+    now: datetime.datetime | float,
+    *,
+    max_skew_s: int = DEFAULT_MAX_SKEW_S,
+    service: str = "s3",
+) -> Verified:
+    """:func:`authenticate`'s verdict as a :class:`Verified`, which a caller that sees
+    the same request again may keep and ask (:meth:`Verified.holds`) instead."""
     path, sep, rest = raw_path.partition("?")
     if sep and not raw_query:
         raw_query = rest
     # (A fast path's fields, lower-case already, are taken as they are, without a call.)
     pairs = list(headers.items()) if type(headers) is RequestFields else _header_pairs(headers)
-    now_s = now if not isinstance(now, datetime.datetime) else (
-        now if now.tzinfo is not None else now.replace(tzinfo=datetime.UTC)).timestamp()
+    now_s = epoch_s(now)
     target = (method, path, raw_query, service)
     seen = _VERIFIED.get(target)
     if seen is not None:
@@ -170,14 +186,23 @@ def authenticate(
             # Every byte the signature depends on is as it was when it verified, under the
             # same secret: only the clock can have changed the answer.
             _check_age(now_s - seen.at_s, seen.expires_s, max_skew_s)
-            return seen.key
+            return seen if seen.max_skew_s == max_skew_s else replace(seen, max_skew_s=max_skew_s)
     signed, key, at_s = _verify(method, path, raw_query, pairs, keys, now_s, max_skew_s,
                                 service)
     names = _AUTH_FIELDS.union(signed.signed_headers)
     if len(_VERIFIED) >= MAX_VERIFIED and target not in _VERIFIED:
         _VERIFIED.pop(next(iter(_VERIFIED)))
-    _VERIFIED[target] = _Verified(names, _fields(pairs, names), key, at_s, signed.expires_s)
-    return key
+    seen = Verified(method, names, _fields(pairs, names), key, at_s, signed.expires_s,
+                    max_skew_s)
+    _VERIFIED[target] = seen
+    return seen
+
+
+def epoch_s(now: datetime.datetime | float) -> float:
+    """``now`` (a datetime, naive ones in UTC, or epoch seconds) in epoch seconds."""
+    if not isinstance(now, datetime.datetime):
+        return now
+    return (now if now.tzinfo is not None else now.replace(tzinfo=datetime.UTC)).timestamp()
 
 
 def _fields(pairs: list[tuple[str, str]], names: frozenset[str]) -> tuple[tuple[str, str], ...]:
@@ -186,26 +211,52 @@ def _fields(pairs: list[tuple[str, str]], names: frozenset[str]) -> tuple[tuple[
 
 
 @dataclass(frozen=True, slots=True)
-class _Verified:
-    """A request that verified, remembered by its method, path, query and service.
-
-    The rest of what its verification read: ``fields``, the request's fields among
-    ``names`` (those it signed, and those any verification reads: the Authorization
-    header, the dates, the payload's hash), in order and repeats included. A request
-    with the same target and the same such fields carries the same signature over the
-    same bytes; its other fields (a presigned URL's Range, an SDK's invocation id) sign
-    nothing. ``at_s``: the signature's date (epoch seconds); ``expires_s``: a presigned
-    URL's lifetime (None for the header carrier).
+class Verified:
+    """A request that verified: its ``method`` (its path and query are what it is
+    remembered by, in :data:`_VERIFIED` and by :meth:`holds`'s callers), and the rest of
+    what its verification read: ``fields``, the request's fields among ``names`` (those
+    it signed, and those any verification reads: the Authorization header, the dates,
+    the payload's hash), in order and repeats included. A request with the same target
+    and the same such fields carries the same signature over the same bytes; its other
+    fields (a presigned URL's Range, an SDK's invocation id) sign nothing. ``key``: the
+    key it is signed with; ``at_s``: the signature's date (epoch seconds);
+    ``expires_s``: a presigned URL's lifetime (None for the header carrier);
+    ``max_skew_s``: the skew it was judged with.
     """
 
+    method: str
     names: frozenset[str]
     fields: tuple[tuple[str, str], ...]
     key: S3Key
     at_s: int
     expires_s: int | None
+    max_skew_s: int
+
+    def holds(
+        self, method: str, headers: RequestFields, keys: Mapping[str, S3Key], now_s: float,
+    ) -> bool:
+        """Whether a request of the same path and query (the caller's to compare, every
+        character), this ``method`` and these ``headers`` (a fast path's fields) verifies
+        at ``now_s`` (epoch seconds) with ``keys``, for the same key; False: ask
+        :func:`verified`, which says why not (or that it does, after all)."""
+        key = self.key
+        held = keys.get(key.access_key)
+        if method != self.method or (held is not key and held != key):
+            return False
+        names = self.names
+        fields = []
+        for pair in headers.items():
+            if pair[0] in names:
+                fields.append(pair)
+        if tuple(fields) != self.fields:
+            return False
+        # As _check_age judges it: a presigned URL to its expiry, a header within the skew.
+        expires_s = self.expires_s
+        return -self.max_skew_s <= now_s - self.at_s <= (
+            self.max_skew_s if expires_s is None else expires_s)
 
 
-_VERIFIED: dict[tuple[str, str, str, str], _Verified] = {}
+_VERIFIED: dict[tuple[str, str, str, str], Verified] = {}
 
 
 def _verify(

@@ -12,9 +12,10 @@ import datetime
 import time
 from collections.abc import Callable, Mapping
 
+from protocol.http1 import Headers as RequestFields
 from protocol.s3.credentials import S3Key, parse_credentials
 from protocol.s3.errors import AccessDenied
-from protocol.s3.sigv4 import Headers, authenticate
+from protocol.s3.sigv4 import Headers, Verified, epoch_s, verified
 
 # The clock: epoch seconds (time.time, read on every signed request) or a datetime.
 Now = Callable[[], datetime.datetime | float]
@@ -46,7 +47,19 @@ class S3Access:
         :func:`~protocol.s3.sigv4.authenticate` takes them."""
         if self.keys is None:
             return None
-        return authenticate(method, raw_path, raw_query, headers, self.keys, self.now())
+        return self.verified(method, raw_path, raw_query, headers).key
+
+    def verified(self, method: str, raw_path: str, raw_query: str, headers: Headers) -> Verified:
+        """:meth:`caller`'s verdict as a :class:`~protocol.s3.sigv4.Verified` (keys are
+        required), to ask again with :meth:`holds`."""
+        assert self.keys is not None
+        return verified(method, raw_path, raw_query, headers, self.keys, self.now())
+
+    def holds(self, seen: Verified, method: str, headers: RequestFields) -> bool:
+        """Whether a request of the path and query ``seen`` verified for (the caller's to
+        compare), with ``method`` and a fast path's ``headers``, verifies now as it did."""
+        assert self.keys is not None
+        return seen.holds(method, headers, self.keys, epoch_s(self.now()))
 
 
 def check_object(key: S3Key | None, path: str) -> None:

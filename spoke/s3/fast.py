@@ -12,18 +12,18 @@ but a loader's and an SDK's) is declined, and aiohttp answers it.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from aiohttp import web
 
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
+from protocol.paths import validate_path
 from protocol.s3 import xml
-from protocol.s3.credentials import S3Key
-from protocol.s3.requests import Operation, Target, bucket_from_host, decodes, target
-from protocol.s3.sigv4 import AUTH_QUERY_PARAMS
+from protocol.s3.requests import Operation, bucket_from_host, decodes, target
+from protocol.s3.sigv4 import AUTH_QUERY_PARAMS, Verified, epoch_s
 from service.auth import GUARD
 from service.fast import FastConnection, Reply
 from service.limits import LIMIT
@@ -55,22 +55,19 @@ MAX_REMEMBERED_TARGETS = 10_000
 
 
 class FastRead(NamedTuple):
-    """An S3 read a fast path answers: the ``/objects`` read ``plain`` of ``path``."""
+    """A request target a fast read may have (its path and query as sent, and the object
+    they name), and ``objects_target``: the ``/objects`` read of it. Made once per
+    target; its strings, hashed once, are the keys of the memos it is looked up in."""
 
     raw_path: str  # as the request named it, for its errors' Resource
-    bucket: str
-    path: str
-    plain: RequestHead
-
-
-class _Named(NamedTuple):
-    """A request target a fast read may have: its path and query as sent, and the
-    object they name."""
-
-    raw_path: str
     raw_query: str
     bucket: str
     path: str
+    objects_target: str
+
+
+# A fast path's fields are keyed by lower-case name: dict's own methods skip Headers' lower().
+_field = dict.get
 
 
 class FastTargets:
@@ -84,16 +81,20 @@ class FastTargets:
         # (a presigned URL's above all), and the head reader hands back the same string
         # for each: its hash is computed once, and so are those of the parts kept here,
         # which the signature's memo is keyed by.
-        self._targets: dict[str, _Named | None] = {}
-        # By target, the last key whose prefixes were found to cover its object: a key
-        # is frozen, so the same key (the same object) is answered the same.
-        self._scoped: dict[str, S3Key] = {}
+        self._targets: dict[str, FastRead | None] = {}
+        # By target, the last verdict on its signature (its key, its age), found within
+        # the key's scope for the target's object: a request of the same target (every
+        # character: it is the key) whose verdict holds (the same method, the same signed
+        # fields, the same key, still in date) is the same request, and so is its answer.
+        self._verified: dict[str, Verified] = {}
 
-    def read(self, head: RequestHead) -> FastRead | None:
-        """``head`` as a fast read, or None: aiohttp's to answer (a refusal included)."""
-        if not FAST_FIELDS.issuperset(head.headers):
+    def read(self, head: RequestHead) -> tuple[FastRead, S3ReadHead] | None:
+        """``head`` as a fast read and its ``/objects`` head, or None: aiohttp's to
+        answer (a refusal included)."""
+        fields = head.headers
+        if not FAST_FIELDS.issuperset(fields):
             return None
-        if self.domain and bucket_from_host(head.headers.get("host") or "", self.domain):
+        if self.domain and bucket_from_host(_field(fields, "host") or "", self.domain):
             return None  # virtual-hosted: aiohttp's
         try:
             named = self._targets[head.target]
@@ -101,47 +102,62 @@ class FastTargets:
             named = self._named(head.target)
         if named is None:
             return None
-        rng = head.headers.get("range")
+        rng = _field(fields, "range")
         if rng is not None and ("," in rng or head.method == "HEAD"):
             return None  # several ranges (S3: the whole object), HeadObject's 206: aiohttp's
-        if self.access.keys is not None:
-            try:
-                key = self.access.caller(head.method, named.raw_path, named.raw_query,
-                                         head.headers)
-                if key is not None and self._scoped.get(head.target) is not key:
-                    check_object(key, named.path)
-                    self._scoped[head.target] = key
-            except ProtocolError:
-                return None  # aiohttp answers the 403, and counts it
-        fields = head.headers if READ_FIELDS.issuperset(head.headers) else Headers(
-            {k: v for k, v in head.headers.items() if k in READ_FIELDS})
-        plain = RequestHead(head.method, f"{OBJECTS}{named.path}", fields, head.keep_alive)
-        return FastRead(named.raw_path, named.bucket, named.path, plain)
+        access = self.access
+        keys = access.keys
+        if keys is not None:
+            seen = self._verified.get(head.target)
+            now = access.now()
+            if seen is None or not seen.holds(
+                    head.method, fields, keys, now if type(now) is float else epoch_s(now)):
+                try:
+                    seen = access.verified(head.method, named.raw_path, named.raw_query, fields)
+                    check_object(seen.key, named.path)
+                except ProtocolError:
+                    return None  # aiohttp answers the 403, and counts it
+                self._verified[head.target] = seen
+        if not READ_FIELDS.issuperset(fields):
+            fields = Headers({k: v for k, v in fields.items() if k in READ_FIELDS})
+        return named, S3ReadHead(head.method, named.objects_target, fields, head.keep_alive,
+                                 named.raw_path)
 
-    def _named(self, request_target: str) -> _Named | None:
+    def _named(self, request_target: str) -> FastRead | None:
         """The object path-style ``request_target`` names, with a query a fast read may
         carry; or None (not an object, another query, or invalid: aiohttp's to
         refuse). Validated once, then remembered."""
         raw_path, _, raw_query = request_target.partition("?")
-        try:
-            where: Target | None = target(raw_path, None)
-        except ProtocolError:
-            where = None
         named = None
-        if where is not None and where.bucket and where.key and not where.key.endswith("/") \
-                and _fast_query(raw_query):
-            named = _Named(raw_path, raw_query, where.bucket, where.path)
+        try:
+            where = target(raw_path, None)
+            if where.bucket and where.key and not where.key.endswith("/") \
+                    and _fast_query(raw_query):
+                # As /objects' fast path validates its paths: S3's reads skip that step.
+                path = validate_path(where.path)
+                named = FastRead(raw_path, raw_query, where.bucket, path, f"{OBJECTS}{path}")
+        except ProtocolError:
+            named = None
         if len(self._targets) >= MAX_REMEMBERED_TARGETS:
             self._targets.clear()
-            self._scoped.clear()
+            self._verified.clear()
         self._targets[request_target] = named
         return named
+
+
+@dataclass(slots=True)
+class S3ReadHead(RequestHead):
+    """The ``/objects`` head of an S3 read, and ``resource``: the path the S3 request
+    named, for its errors' Resource."""
+
+    resource: str
 
 
 class S3FastReads:
     """The S3 app's :data:`service.fast.FastHandler`."""
 
     takes_queries = True  # keys are percent-encoded, presigned URLs carry a query
+    request_id_header = AMZ_REQUEST_ID  # every head the fast path writes carries it
 
     def __init__(
         self, spoke: web.Application, access: S3Access, domain: str | None,
@@ -150,32 +166,38 @@ class S3FastReads:
         self.spoke = spoke
         self.targets = FastTargets(access, domain)
         self.buckets = buckets
-        self._objects = FastObjectReads(spoke, handlers.READS, _s3_problem)
+        self._objects = FastObjectReads(spoke, handlers.READS, self._problem)
         # Set by make_app, before this: read once, not per request.
         self._stats = spoke[S3_STATS]
+        self._hit_latency = self._stats.read_latency["hit"]
         self._guarded = GUARD in spoke
+        self._reads: ObjectReads | None = None
 
     def __call__(
         self, head: RequestHead, conn: FastConnection
     ) -> Reply | Awaitable[Reply | None] | None:
-        reads = self.spoke.get(handlers.READS)
-        if reads is None or self._guarded:
+        reads = self._reads
+        if reads is None:
+            # Set once the spoke's cache is open, then for good.
+            reads = self._reads = self.spoke.get(handlers.READS)
+            if reads is None:
+                return None
+        if self._guarded:
             return None  # (guarded: /objects' fast path would ask for a bearer token)
         read = self.targets.read(head)
         if read is None:
             return None
-        unknown = not self.buckets.known(read.bucket)
-        if unknown and reads.cache.fresh_manifest(read.path) is not None:
-            self.buckets.saw(read.bucket)  # it holds an object
+        named, plain = read
+        unknown = not self.buckets.known(named.bucket)
+        if unknown and reads.cache.fresh_manifest(named.path) is not None:
+            self.buckets.saw(named.bucket)  # it holds an object
             unknown = False
         if unknown:
-            return self._once_known(reads, read.plain, conn, read.raw_path, read.bucket,
-                                    read.path)
-        return self._delegate(read.plain, conn, read.raw_path)
+            return self._once_known(reads, plain, conn, named)
+        return self._delegate(reads, plain, conn, named.path)
 
     async def _once_known(
-        self, reads: ObjectReads, plain: RequestHead, conn: FastConnection, raw_path: str,
-        bucket: str, path: str,
+        self, reads: ObjectReads, plain: S3ReadHead, conn: FastConnection, named: FastRead,
     ) -> Reply | None:
         """A read in a bucket not known to exist yet: its manifest first. Found, the
         bucket exists and the read goes on here; not (a 404 must say NoSuchBucket or
@@ -186,29 +208,33 @@ class S3FastReads:
             limit.rejected -= 1  # aiohttp answers (503 SlowDown), and counts it
             return None
         try:
-            await reads.cache.manifest(path)
+            await reads.cache.manifest(named.path)
         except Exception:  # nothing is sent yet: aiohttp answers, in S3's words
             return None
         finally:
             if limit is not None:
                 limit.release(conn.client)
-        self.buckets.saw(bucket)
-        answer = self._delegate(plain, conn, raw_path)
+        self.buckets.saw(named.bucket)
+        answer = self._delegate(reads, plain, conn, named.path)
         return answer if answer is None or isinstance(answer, Reply) else await answer
 
     def _delegate(
-        self, plain: RequestHead, conn: FastConnection, raw_path: str
+        self, reads: ObjectReads, plain: S3ReadHead, conn: FastConnection, path: str,
     ) -> Reply | Awaitable[Reply | None] | None:
-        stats = self._stats
-        amz = AmzConnection(conn, raw_path, stats.errors)
         started = time.perf_counter()
-        answer = self._objects(plain, amz)
+        # The path is valid (FastTargets), and no token is asked for (not guarded).
+        answer = self._objects.read(reads, plain, conn, path, "")
+        if answer is None:
+            return None
         op = GET_OBJECT if plain.method == "GET" else HEAD_OBJECT
-        if answer is None or isinstance(answer, Reply):
-            if answer is not None:
-                counted(stats, op, answer, started)
+        if isinstance(answer, Reply):
+            if answer.x_cache == "HIT" and op is GET_OBJECT:  # counted(), inline: the warm read
+                self._stats.requests[op] += 1
+                self._hit_latency.observe(time.perf_counter() - started)
+            else:
+                counted(self._stats, op, answer, started)
             return answer
-        return self._when_done(answer, stats, op, started)
+        return self._when_done(answer, self._stats, op, started)
 
     async def _when_done(
         self, answer: Awaitable[Reply | None], stats: S3Stats, op: str, started: float,
@@ -217,6 +243,20 @@ class S3FastReads:
         if reply is not None:
             counted(stats, op, reply, started)
         return reply
+
+    def _problem(self, conn: FastConnection, head: RequestHead, exc: ProtocolError) -> Reply:
+        """What :mod:`spoke.s3.errors`' middleware answers for ``exc``, on the fast path."""
+        status, code = s3_code(exc)
+        resource = head.resource if isinstance(head, S3ReadHead) else head.target
+        body = xml.error(code, str(exc)[:500], resource, conn.request_id)
+        headers = [("Content-Type", f"{xml.XML_TYPE}; charset=utf-8"),
+                   ("Content-Length", str(len(body))), *error_headers(exc).items()]
+        if status == 503 and not any(name == "Retry-After" for name, _ in headers):
+            headers.append(("Retry-After", "1"))
+        self._stats.errors[code] += 1
+        sent = b"" if head.method == "HEAD" else body
+        conn.writelines([conn.head(status, headers, head.keep_alive), sent])
+        return Reply(status, len(sent))
 
 
 GET_OBJECT, HEAD_OBJECT = str(Operation.GET_OBJECT.value), str(Operation.HEAD_OBJECT.value)
@@ -239,68 +279,3 @@ def _fast_query(raw_query: str) -> bool:
         if name not in FAST_PARAMS or not decodes(value):
             return False
     return True
-
-
-def _s3_problem(conn: FastConnection, head: RequestHead, exc: ProtocolError) -> Reply:
-    """What :mod:`spoke.s3.errors`' middleware answers for ``exc``, on the fast path."""
-    status, code = s3_code(exc)
-    resource = conn.resource if isinstance(conn, AmzConnection) else head.target
-    body = xml.error(code, str(exc)[:500], resource, conn.request_id)
-    headers = [("Content-Type", f"{xml.XML_TYPE}; charset=utf-8"),
-               ("Content-Length", str(len(body))), *error_headers(exc).items()]
-    if status == 503 and not any(name == "Retry-After" for name, _ in headers):
-        headers.append(("Retry-After", "1"))
-    if isinstance(conn, AmzConnection):
-        conn.errors[code] += 1
-    sent = b"" if head.method == "HEAD" else body
-    conn.writelines([conn.head(status, headers, head.keep_alive), sent])
-    return Reply(status, len(sent))
-
-
-class AmzConnection:
-    """``conn`` with S3's request id in every head it writes; ``resource``: the path
-    the request named (for its errors)."""
-
-    __slots__ = ("_conn", "_line", "client", "errors", "request_id", "resource")
-
-    def __init__(self, conn: FastConnection, resource: str, errors: Counter[str]) -> None:
-        self._conn = conn
-        self.errors = errors
-        self.request_id = conn.request_id
-        self.client = conn.client
-        self.resource = resource
-        self._line = f"{AMZ_REQUEST_ID}: {conn.request_id}\r\n"
-
-    @property
-    def can_sendfile(self) -> bool:
-        return self._conn.can_sendfile
-
-    def write(self, data: bytes | memoryview) -> None:
-        self._conn.write(data)
-
-    def writelines(self, parts: Sequence[bytes | memoryview]) -> None:
-        self._conn.writelines(parts)
-
-    def head(self, status: int, headers: list[tuple[str, str]], keep_alive: bool) -> bytes:
-        return self._conn.head(status, [*headers, (AMZ_REQUEST_ID, self.request_id)], keep_alive)
-
-    def head_end(self, keep_alive: bool) -> str:
-        return self._line + self._conn.head_end(keep_alive)
-
-    async def drain(self) -> None:
-        await self._conn.drain()
-
-    async def sendfile(self, fd: int, offset: int, count: int) -> bool:
-        return await self._conn.sendfile(fd, offset, count)
-
-    def send_now(self, head: bytes, pieces: list[tuple[int, int, int]]) -> bool:
-        return self._conn.send_now(head, pieces)
-
-    def sendfile_now(self, head: bytes, fd: int, offset: int, count: int) -> int:
-        return self._conn.sendfile_now(head, fd, offset, count)
-
-    def socket_copy(self) -> int | None:
-        return self._conn.socket_copy()
-
-    def abort(self) -> None:
-        self._conn.abort()

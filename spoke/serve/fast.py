@@ -69,6 +69,14 @@ class FastObjectReads:
             tenant = self._tenant(head, path)
         except ProtocolError:
             return None  # aiohttp answers the 400/401/403, and counts it
+        return self.read(reads, head, conn, path, tenant)
+
+    def read(
+        self, reads: ObjectReads, head: RequestHead, conn: FastConnection, path: str,
+        tenant: str,
+    ) -> Reply | Awaitable[Reply] | None:
+        """:meth:`__call__` once ``head`` is known to read object ``path`` (valid), as
+        ``tenant`` (its token's, checked): for a front end that knows both already."""
         limit = self.app.get(LIMIT)
         if limit is not None and not limit.acquire(conn.client):
             limit.rejected -= 1  # aiohttp answers the 429, and counts it

@@ -122,3 +122,28 @@ def test_a_head_an_sdk_sends_once_is_read_but_not_remembered(field: bytes) -> No
     assert _read(head, with_query=True) == _uncached(head, with_query=True) is not None
     assert not http1._shapes[True]
     assert _read(head) is None  # a query: not /objects' to read
+
+
+@pytest.mark.parametrize("field", [
+    b"X-Amz-Date: 20261201T175500Z", b"amz-sdk-invocation-id: 5d0d5f4e-1a2b",
+])
+def test_a_once_only_field_anywhere_among_the_fields_keeps_its_head_unremembered(
+    field: bytes,
+) -> None:
+    head = b"GET /b/k HTTP/1.1\r\n" + field + b"\r\nHost: h\r\nRange: bytes=0-9"
+    assert _read(head, with_query=True) == _uncached(head, with_query=True) is not None
+    assert not http1._shapes[True]
+
+
+def test_a_presigned_url_head_is_remembered_whatever_its_query_names() -> None:
+    """Its query names X-Amz-Date, and a field may hold "mz-" (a name that is not a
+    once-only one): only the fields after the request line are looked at, exactly."""
+    query = ("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261201T175500Z&"
+             "amz-sdk-invocation-id=x&X-Amz-Signature=" + "ab" * 32)
+    for first in (0, 10, 20):
+        head = (f"GET /b/k?{query} HTTP/1.1\r\nHost: h\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD"
+                f"\r\nRange: bytes={first}-{first + 9}").encode()
+        read = _read(head, with_query=True)
+        assert read == _uncached(head, with_query=True) is not None
+        assert read[2]["range"] == f"bytes={first}-{first + 9}"
+    assert len(http1._shapes[True]) == 1

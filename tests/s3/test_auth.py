@@ -145,14 +145,14 @@ async def test_presigned_reads_take_the_fast_path(
     fast = keyed.runner.app[FAST]
     assert isinstance(fast, S3FastReads)
     answered: list[bool] = []
-    inner = fast._objects
+    inner = fast._objects.read
 
     def spy(*args: Any) -> Any:
         reply = inner(*args)
         answered.append(reply is not None)
         return reply
 
-    fast._objects = spy  # type: ignore[assignment]
+    fast._objects.read = spy  # type: ignore[method-assign]
     client = keyed.client(key="DSKEY", secret=DS_SECRET)
     url = client.generate_presigned_url("get_object",
                                         Params={"Bucket": "ds", "Key": "exact.bin"})
@@ -242,6 +242,28 @@ async def test_a_tampered_presigned_url_is_refused_after_the_good_one(
         async with one.get(url, headers={"Range": "bytes=0-99", "Host": "evil.example"}) as r:
             assert r.status == 403 and b"SignatureDoesNotMatch" in await r.read()
         assert await _read(one, url, "bytes=0-99") == (206, want)
+
+
+async def test_a_presigned_get_is_no_head_after_it_was_read(
+    keyed: S3Front, dataset: Dataset
+) -> None:
+    """The fast path keeps a target's verdict: it holds for the method signed only."""
+    client = keyed.client(key="ALLKEY", secret=ALL_SECRET)
+    url = client.generate_presigned_url("get_object", Params={"Bucket": "ds", "Key": "big.bin"},
+                                        ExpiresIn=60)
+    want = dataset[1]["ds/big.bin"][:100]
+    head_url = client.generate_presigned_url(
+        "head_object", Params={"Bucket": "ds", "Key": "big.bin"}, ExpiresIn=60)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as one:
+        for _ in range(2):
+            assert await _read(one, url, "bytes=0-99") == (206, want)
+            async with one.head(url) as r:
+                assert r.status == 403, r.headers
+            async with one.head(head_url) as r:  # signed for HEAD: good
+                assert r.status == 200 and r.headers["Content-Length"] == str(len(
+                    dataset[1]["ds/big.bin"]))
+            async with one.get(head_url, headers={"Range": "bytes=0-99"}) as r:
+                assert r.status == 403 and b"SignatureDoesNotMatch" in await r.read()
 
 
 async def test_a_key_out_of_scope_is_refused_where_another_key_just_read(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from protocol.http1 import Headers
 from protocol.s3 import sigv4
 from protocol.s3.credentials import S3Key
 from protocol.s3.sigv4 import S3AuthError, authenticate
@@ -166,3 +167,82 @@ def test_a_signed_header_that_changes_is_verified_again(verifications: list[str]
     assert caught.value.code == "SignatureDoesNotMatch"
     assert len(verifications) == 2
     assert check(wire, at).access_key == AK
+
+
+def _fast_fields(wire: Wire) -> Headers:
+    """``wire``'s fields as a fast path's head reader gives them: by lower-case name."""
+    return Headers({name.lower(): value for name, value in wire.headers})
+
+
+def test_a_kept_verdict_holds_for_the_same_request_in_date_only(
+    verifications: list[str],
+) -> None:
+    wire = url_wire()
+    at = wire.signed_at().timestamp()
+    seen = sigv4.verified(wire.method, wire.path, wire.query, wire.headers, KEYS, at)
+    fields = _fast_fields(wire)
+    skew = sigv4.DEFAULT_MAX_SKEW_S
+    assert seen.key is KEYS[AK]
+    # In date: from a skew before its date to its last second, exactly.
+    for now in (at, at + EXPIRES_S, at - skew):
+        assert seen.holds("GET", fields, KEYS, now)
+    for now in (at + EXPIRES_S + 0.001, at + EXPIRES_S + 1, at - skew - 0.001):
+        assert not seen.holds("GET", fields, KEYS, now)
+    # What it does not sign changes nothing; what it signs, or reads, is another request.
+    assert seen.holds("GET", Headers({**fields, "range": "bytes=0-9"}), KEYS, at)
+    for method, other in (
+        ("HEAD", fields),
+        ("GET", Headers({**fields, "host": "127.0.0.1:9001"})),
+        ("GET", Headers({k: v for k, v in fields.items() if k != "host"})),
+        ("GET", Headers({**fields, "authorization": "AWS4-HMAC-SHA256 Credential=x"})),
+        ("GET", Headers({**fields, "x-amz-date": "20261201T000000Z"})),
+        ("GET", Headers({**fields, "x-amz-content-sha256": sigv4.EMPTY_SHA256})),
+    ):
+        assert not seen.holds(method, other, KEYS, at), (method, other)
+    # The same key (equal, or the very one) and no other: not another secret, nor none.
+    assert seen.holds("GET", fields, {AK: S3Key(AK, SECRET, ("",))}, at)
+    assert not seen.holds("GET", fields, {AK: S3Key(AK, SECRET + "x", ("",))}, at)
+    assert not seen.holds("GET", fields, {AK: S3Key(AK, SECRET, ("ds/other",))}, at)
+    assert not seen.holds("GET", fields, {}, at)
+    assert len(verifications) == 1  # holds() computes no signature
+
+
+def test_a_kept_header_verdict_holds_within_the_skew_both_ways() -> None:
+    wire = signed(lambda: client(AK, SECRET).get_object(Bucket="ds", Key="a.bin"))
+    at = wire.signed_at().timestamp()
+    seen = sigv4.verified(wire.method, wire.path, wire.query, wire.headers, KEYS, at)
+    fields = _fast_fields(wire)
+    skew = sigv4.DEFAULT_MAX_SKEW_S
+    for now in (at - skew, at, at + skew):
+        assert seen.holds("GET", fields, KEYS, now)
+    for now in (at - skew - 0.001, at + skew + 0.001):
+        assert not seen.holds("GET", fields, KEYS, now)
+    # A field botocore does not sign: no matter.
+    assert seen.holds("GET", Headers({**fields, "amz-sdk-request": "attempt=2"}), KEYS, at)
+
+
+def test_a_kept_verdict_never_holds_where_authenticate_refuses() -> None:
+    """Whatever holds() lets by, authenticate() lets by too: clocks about the edges,
+    each field changed, another method."""
+    wire = url_wire(expires_s=60)
+    at = wire.signed_at().timestamp()
+    seen = sigv4.verified(wire.method, wire.path, wire.query, wire.headers, KEYS, at)
+    skew = sigv4.DEFAULT_MAX_SKEW_S
+    clocks = [at + d for d in (-skew - 1, -skew, -1, 0, 59.5, 60, 60.001, 61, 3600)]
+    variants = [("GET", wire), ("HEAD", replace(wire, method="HEAD"))]
+    variants += [("GET", wire.with_header(name, value)) for name, value in (
+        ("Host", "evil.example"), ("Range", "bytes=0-0"), ("X-Amz-Date", "20261201T000000Z"),
+    )]
+    held = 0
+    for now in clocks:
+        for method, variant in variants:
+            try:
+                authenticate(variant.method, variant.path, variant.query, variant.headers,
+                             KEYS, now)
+                good = True
+            except S3AuthError:
+                good = False
+            if seen.holds(method, _fast_fields(variant), KEYS, now):
+                assert good, (now - at, method, variant.headers)
+                held += 1
+    assert held == 5 * 2  # in date (5 clocks), as signed or with a Range (2 variants)
