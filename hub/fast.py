@@ -33,8 +33,10 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from itertools import takewhile
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -78,6 +80,37 @@ MAX_REMEMBERED = 10_000
 MAX_OPEN_FILES = 256
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,15})-([0-9]{1,15})")
 
+
+
+T = TypeVar("T")
+
+async def thread_answer(
+    job: Future[T], stop: threading.Event, unstarted: Callable[[], None],
+    whole: Callable[[T], bool],
+) -> T:
+    """The result of ``job``, a thread sending an answer on a socket copy of its own.
+
+    A hang-up (this task cancelled) tells the thread to stop. A job still queued is
+    dropped, ``unstarted`` closing what it would have closed, and the cancel goes on.
+    Otherwise the client may have gone once it had every byte: the thread sent them,
+    the client read them and closed before this resumed. Told to stop, the thread ends
+    within its poll's wait; a result that ``whole`` says is the whole answer is then
+    returned, to be counted and logged like any other, and the cancel goes on at the
+    task's next wait (:func:`service.fast.finish_after_hang_up`)."""
+    sending = asyncio.wrap_future(job)
+    try:
+        return await asyncio.shield(sending)
+    except asyncio.CancelledError:
+        stop.set()
+        if job.cancel():  # still queued: nothing sent, and the thread never will
+            unstarted()
+            raise
+        await asyncio.wait([sending])
+        if sending.cancelled() or sending.exception() is not None \
+                or not whole(sending.result()):
+            raise
+        finish_after_hang_up()
+        return sending.result()
 
 class FastFront:
     """What a fast answer of ``/objects/`` checks first, as aiohttp's middlewares do: a
@@ -238,25 +271,13 @@ class FastObjects(FastFront):
             owned = False  # the thread closes the file once it is done with it
             stop = threading.Event()
             job = sendfile_pool().submit(_send_and_close, sock, fd, r, stop)
-            sending = asyncio.wrap_future(job)
+
+            def unstarted() -> None:
+                os.close(sock)
+                os.close(fd)
+
             try:
-                sent = await asyncio.shield(sending)
-            except asyncio.CancelledError:
-                stop.set()
-                if job.cancel():  # still queued: nothing sent, and the thread never will
-                    os.close(sock)
-                    os.close(fd)
-                    raise
-                # The client went away, perhaps once it had every byte: the thread sent
-                # them, the client read them and closed before this resumed. Told to
-                # stop, the thread ends within its poll's wait; a whole answer is then
-                # counted and logged like any other.
-                await asyncio.wait([sending])
-                if sending.cancelled() or sending.exception() is not None \
-                        or sending.result() != r.length:
-                    raise
-                sent = r.length
-                finish_after_hang_up()
+                sent = await thread_answer(job, stop, unstarted, lambda n: n == r.length)
             finally:
                 stop.set()  # cancelled (the client went away): the thread stops too
             self.stats.bytes_sent += sent

@@ -22,7 +22,6 @@ path; a connection that carries anything else goes to aiohttp for good (service.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -34,13 +33,20 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from aiohttp import web
 
 from hub.backend import ObjectInfo
-from hub.fast import OBJECTS, PLANNED_FIELDS, FastFront, head_fields, representation_of
+from hub.fast import (
+    OBJECTS,
+    PLANNED_FIELDS,
+    FastFront,
+    head_fields,
+    representation_of,
+    thread_answer,
+)
 from hub.relay import NotSent, StoreCut, relay_blocking
 from hub.stats import HubStats
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
 from protocol.response import plan_response
-from service.fast import FastConnection, Reply, finish_after_hang_up
+from service.fast import FastConnection, Reply
 
 if TYPE_CHECKING:  # botocore is imported only by a hub that serves a store
     from hub.store.s3 import S3Object
@@ -105,25 +111,10 @@ class FastStoreFills(FastFront):
     async def _fill(self, fill: Fill, sock_fd: int, conn: FastConnection) -> Reply | None:
         stop = threading.Event()
         job = self.backend.executor.submit(fill_blocking, self.backend, fill, sock_fd, stop)
-        filling = asyncio.wrap_future(job)
         try:
-            try:
-                sent = await asyncio.shield(filling)
-            except asyncio.CancelledError:
-                stop.set()
-                if job.cancel():  # still queued: nothing sent, and the thread never will
-                    os.close(sock_fd)
-                    raise
-                # The client went away, perhaps once it had every byte: the thread sent
-                # them and the client closed before this resumed. Told to stop, the thread
-                # ends within its poll's wait; a fill that went out whole is then counted
-                # and logged like any other.
-                await asyncio.wait([filling])
-                if filling.cancelled() or filling.exception() is not None \
-                        or filling.result() is None:
-                    raise
-                sent = filling.result()
-                finish_after_hang_up()
+            # A fill the thread sent at all, it sent whole (a cut one raises).
+            sent = await thread_answer(job, stop, lambda: os.close(sock_fd),
+                                       lambda n: n is not None)
         except (StoreCut, ProtocolError) as exc:
             conn.abort()  # the head went: cut the answer, never pad it
             sent = exc.sent if isinstance(exc, StoreCut) else 0

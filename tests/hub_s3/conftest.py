@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hub.app import make_app as make_hub_app
 from hub.config import HubConfig
 from hub.roots import open_backend
 from hub.store.s3 import make_client
 from loadtest.s3_stores import S3Store, start_rclone_s3
+from service.fast import FAST
+from service.runner import start_site
 from tests.hub_s3.store_proxy import StoreProxy
+from tests.support.fast_notes import FastNotes
 from tests.support.servers import RunningServer, start_hub, write_dataset
 
 CHUNK = 64 * 1024
@@ -118,3 +123,35 @@ async def make_s3_hub(
 @pytest.fixture
 async def s3_hub(make_s3_hub: HubFactory) -> RunningServer:
     return await make_s3_hub()
+
+
+@dataclass(kw_only=True)
+class NotedHub(FastNotes):
+    """A real hub over the store whose fast handler notes whether it answered each request."""
+
+    server: RunningServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@asynccontextmanager
+async def noted_store_hub(endpoint: str, store: S3Store, tmp_path: Path
+                          ) -> AsyncIterator[NotedHub]:
+    """A :class:`NotedHub` over ``s3://data/team/corpus`` at ``endpoint`` (the store, or
+    the proxy in front of it)."""
+    config = HubConfig(root=f"s3://{BUCKET}/{PREFIX}", chunk_size=CHUNK, s3_endpoint=endpoint,
+                       s3_timeout=TIMEOUT_S, index_dir=str(tmp_path / "index"))
+    # In a thread: its startup check may go through the proxy, which runs on this loop.
+    backend = await asyncio.to_thread(
+        open_backend, config.root, config.s3_endpoint, config.s3_timeout, store.env())
+    app = make_hub_app(config, backend)
+    hub = NotedHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
+    app[FAST] = hub.noting(app[FAST])
+    runner, port = await start_site(app, "127.0.0.1", 0)
+    hub.server = replace(hub.server, url=f"http://127.0.0.1:{port}", runner=runner)
+    try:
+        yield hub
+    finally:
+        await hub.server.stop()

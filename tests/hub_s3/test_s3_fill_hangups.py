@@ -9,31 +9,22 @@ so that the close reaches the loop before the fill's coroutine resumes."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
 import pytest
 import uvloop
 
-from hub.app import make_app
-from hub.config import HubConfig
-from hub.roots import open_backend
 from hub.store import s3
 from loadtest.s3_stores import S3Store
-from service.fast import FAST
-from service.runner import start_site
-from tests.hub_s3.conftest import BUCKET, CHUNK, PREFIX, TIMEOUT_S, Bucket
-from tests.support.fast_notes import FastNotes
+from tests.hub_s3.conftest import Bucket, NotedHub, noted_store_hub
 from tests.support.hangups import (
     HUGE,
     ROUNDS,
     WAIT_S,
     AccessLines,
     changed,
+    count_once_back,
     hang_up_after_reading,
     huge,
     logged,
@@ -41,38 +32,9 @@ from tests.support.hangups import (
     open_sockets,
     stalled_client,
 )
-from tests.support.servers import RunningServer
 
 BIG = "ds/big.bin"  # 40 chunks and 7 bytes: a fill of all of it is spliced off the socket
 STORE_THREADS = 2  # the test hub's store threads: few, so that a fill can wait for one
-
-
-@dataclass(kw_only=True)
-class NotedHub(FastNotes):
-    server: RunningServer
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-
-@asynccontextmanager
-async def store_hub(store: S3Store, tmp_path: Path) -> AsyncIterator[NotedHub]:
-    """A real hub over the store, straight (no proxy: the test's loop is its own), whose
-    fast handler notes whether it answered each request."""
-    config = HubConfig(root=f"s3://{BUCKET}/{PREFIX}", chunk_size=CHUNK, s3_endpoint=store.url,
-                       s3_timeout=TIMEOUT_S, index_dir=str(tmp_path / "index"))
-    backend = await asyncio.to_thread(
-        open_backend, config.root, config.s3_endpoint, config.s3_timeout, store.env())
-    app = make_app(config, backend)
-    hub = NotedHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
-    app[FAST] = hub.noting(app[FAST])
-    runner, port = await start_site(app, "127.0.0.1", 0)
-    hub.server = replace(hub.server, url=f"http://127.0.0.1:{port}", runner=runner)
-    try:
-        yield hub
-    finally:
-        await hub.server.stop()
 
 
 def test_a_store_fill_its_client_hung_up_on_at_once_is_logged_and_counted(
@@ -86,7 +48,7 @@ async def fills_hung_up_on(
 ) -> None:
     size = len(bucket.contents[BIG])
     target = f"/objects/{BIG}"
-    async with store_hub(store, tmp_path) as hub, aiohttp.ClientSession() as http:
+    async with noted_store_hub(store.url, store, tmp_path) as hub, aiohttp.ClientSession() as http:
         before, since = await metrics(http, hub.url), len(access_log())
         await hub.took()
         read = await hang_up_after_reading(hub.url, target, f"bytes=0-{size - 1}", tmp_path)
@@ -107,7 +69,7 @@ async def test_a_fill_waiting_for_a_store_thread_lets_go_of_its_socket_on_a_hang
     target = f"/objects/{HUGE}"
     fill = "Range: bytes=0-" + str((48 << 20) - 1)
     stalled = []
-    async with store_hub(store, tmp_path) as hub:
+    async with noted_store_hub(store.url, store, tmp_path) as hub:
         try:
             # Every store thread busy with a client that does not read.
             for _ in range(STORE_THREADS):
@@ -117,12 +79,7 @@ async def test_a_fill_waiting_for_a_store_thread_lets_go_of_its_socket_on_a_hang
             await wait_until_asked(hub, STORE_THREADS + 1)  # its fill waits for a thread
             writer.close()
             await writer.wait_closed()
-            now = open_sockets()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WAIT_S):
-                    while now != before:
-                        await asyncio.sleep(0.05)
-                        now = open_sockets()
+            now = await count_once_back(open_sockets, before)
             # Its socket, and the copy of it that its store thread would have closed.
             assert now == before
         finally:

@@ -6,61 +6,41 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from hub.app import make_app
-from hub.config import HubConfig
-from hub.roots import open_backend
 from hub.store.plain import PlainGets
 from loadtest.s3_stores import S3Store
-from service.fast import FAST
-from service.runner import start_site
 from spoke.config import SpokeConfig
-from tests.hub_s3.conftest import BUCKET, CHUNK, PREFIX, TIMEOUT_S, Bucket
+from tests.hub_s3.conftest import (
+    BUCKET,
+    CHUNK,
+    PREFIX,
+    Bucket,
+    NotedHub,
+    noted_store_hub,
+)
 from tests.hub_s3.store_proxy import StoreProxy
-from tests.support.fast_notes import FastNotes
 from tests.support.http import fetch
 from tests.support.raw_http import connect, read_answer, request
-from tests.support.servers import RunningServer, start_spoke
+from tests.support.servers import start_spoke
 
 BIG = "ds/big.bin"  # 40 chunks and 7 bytes
 LARGE = "ds/large.bin"  # written by the tests that need a body spliced off the socket
 
 
-@dataclass(kw_only=True)
-class FillsHub(FastNotes):
-    """A real hub over the store whose fast handler notes whether it answered each request."""
-
-    server: RunningServer
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-
 @pytest.fixture
 async def fills_hub(
     store: S3Store, proxy: StoreProxy, tmp_path: Path
-) -> AsyncIterator[FillsHub]:
-    config = HubConfig(root=f"s3://{BUCKET}/{PREFIX}", chunk_size=CHUNK, s3_endpoint=proxy.url,
-                       s3_timeout=TIMEOUT_S, index_dir=str(tmp_path / "index"))
-    backend = await asyncio.to_thread(
-        open_backend, config.root, config.s3_endpoint, config.s3_timeout, store.env())
-    app = make_app(config, backend)
-    hub = FillsHub(server=RunningServer("", None, app))  # type: ignore[arg-type]
-    app[FAST] = hub.noting(app[FAST])
-    runner, port = await start_site(app, "127.0.0.1", 0)
-    hub.server = replace(hub.server, url=f"http://127.0.0.1:{port}", runner=runner)
-    yield hub
-    await hub.server.stop()
+) -> AsyncIterator[NotedHub]:
+    async with noted_store_hub(proxy.url, store, tmp_path) as hub:
+        yield hub
 
 
-async def etag_of(hub: FillsHub, path: str) -> str:
+async def etag_of(hub: NotedHub, path: str) -> str:
     """The version's ETag, once the version is past its first second: until then its
     Last-Modified is the second before each answer's Date (RFC 9110 §8.8.2.2's weak
     date), so two answers a second apart differ in it."""
@@ -96,7 +76,7 @@ async def head_and_body(url: str, data: bytes) -> tuple[list[str], bytes]:
 
 
 async def test_a_chunk_fill_is_answered_on_the_fast_path_as_aiohttps_handler_answers_it(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy
 ) -> None:
     bucket.write(LARGE, bytes(range(256)) * (12 << 12))  # 12 MiB: spliced off the socket
     for path in (BIG, LARGE):
@@ -122,7 +102,7 @@ async def test_a_chunk_fill_is_answered_on_the_fast_path_as_aiohttps_handler_ans
 
 
 async def test_what_the_store_does_not_answer_with_the_range_aiohttp_answers_with_nothing_sent(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy
 ) -> None:
     data = bucket.contents[BIG]
     etag = await etag_of(fills_hub, BIG)
@@ -151,7 +131,7 @@ async def test_what_the_store_does_not_answer_with_the_range_aiohttp_answers_wit
 
 
 async def test_a_fill_that_names_no_version_is_pinned_to_the_one_a_head_finds(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy
 ) -> None:
     data = bucket.contents[BIG]
     etag = await etag_of(fills_hub, BIG)
@@ -168,7 +148,7 @@ async def test_a_fill_that_names_no_version_is_pinned_to_the_one_a_head_finds(
 
 
 async def test_a_store_failing_before_the_first_byte_leaves_the_fill_to_aiohttp(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy
 ) -> None:
     data = bucket.contents[BIG]
     etag = await etag_of(fills_hub, BIG)
@@ -185,7 +165,7 @@ async def test_a_store_failing_before_the_first_byte_leaves_the_fill_to_aiohttp(
 
 @pytest.mark.parametrize("cut", [1, CHUNK * 2 + 100])
 async def test_a_body_the_store_cuts_after_the_head_cuts_the_answer_never_pads_it(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy, cut: int
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy, cut: int
 ) -> None:
     bucket.write(LARGE, bytes(range(256)) * (4 << 12))  # 4 MiB
     data = bucket.contents[LARGE]
@@ -202,7 +182,7 @@ async def test_a_body_the_store_cuts_after_the_head_cuts_the_answer_never_pads_i
 
 
 async def test_fills_on_one_connection_reuse_one_store_connection(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy
 ) -> None:
     bucket.write(LARGE, bytes(range(256)) * (12 << 12))
     data = bucket.contents[LARGE]
@@ -220,7 +200,7 @@ async def test_fills_on_one_connection_reuse_one_store_connection(
 
 
 async def test_a_fill_on_a_store_connection_the_store_closed_goes_again_on_a_new_one(
-    fills_hub: FillsHub, bucket: Bucket, proxy: StoreProxy
+    fills_hub: NotedHub, bucket: Bucket, proxy: StoreProxy
 ) -> None:
     data = bucket.contents[BIG]
     etag = await etag_of(fills_hub, BIG)
@@ -249,7 +229,7 @@ def test_only_a_plain_http_store_without_a_proxy_gets_the_hubs_own_connections(
 
 
 async def test_a_spokes_cold_reads_through_the_hub_are_fast_path_fills(
-    fills_hub: FillsHub, bucket: Bucket, tmp_path: Path
+    fills_hub: NotedHub, bucket: Bucket, tmp_path: Path
 ) -> None:
     spoke = await start_spoke(SpokeConfig(
         hub_url=fills_hub.url, cache_dir=str(tmp_path / "cache"), capacity_bytes=64 << 20,

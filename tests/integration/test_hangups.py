@@ -14,8 +14,6 @@ coroutine first: on it the race needs a thread late to report.)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 import aiohttp
@@ -31,9 +29,9 @@ from tests.support.hangups import (
     HUGE,
     HUGE_BYTES,
     ROUNDS,
-    WAIT_S,
     AccessLines,
     changed,
+    count_once_back,
     hang_up_after_reading,
     hangups_reach,
     huge,
@@ -188,12 +186,7 @@ async def test_a_hub_answer_waiting_for_a_sendfile_thread_lets_go_of_its_files_o
         _, writer = await stalled_client(hub.url, target)  # its answer waits for a thread
         writer.close()
         await writer.wait_closed()
-        now = open_fds()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(WAIT_S):
-                while now != before:
-                    await asyncio.sleep(0.05)
-                    now = open_fds()
+        now = await count_once_back(open_fds, before)
         # Its socket, and the copies of socket and file its thread would have closed.
         assert now == before
     finally:

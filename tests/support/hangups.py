@@ -160,6 +160,18 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+async def count_once_back(count: Callable[[], int], before: int) -> int:
+    """``count()`` once it is back at ``before`` (or :data:`WAIT_S` went by: the test then
+    fails on what it is)."""
+    now = count()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(WAIT_S):
+            while now != before:
+                await asyncio.sleep(0.05)
+                now = count()
+    return now
+
+
 def open_sockets() -> int:
     """The process's socket descriptors (not its pipes: a relay thread opens one only once
     its answer's first bytes went)."""
