@@ -6,11 +6,16 @@ import pytest
 
 from loadtest.bench_cold_cpu import main, parse_side
 
+SHARD_MIB = 32
+# The kernel counts CPU time in ticks of 10 ms, and the loop thread is read just after
+# its process: the two can differ by a tick at each end of a run.
+TICKS_SLACK_PER_GB = 2 * 0.01 / (2 * SHARD_MIB * (1 << 20) / 1e9)
+
 
 def test_the_cold_stream_cell_reports_each_part_of_the_path(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["--rounds", "1", "--readers", "2", "--shards", "2", "--shard-mib", "8",
+    assert main(["--rounds", "1", "--readers", "2", "--shards", "2", "--shard-mib", str(SHARD_MIB),
                  "--side", "defaults=.", "--side", "readahead 8=.:--readahead,8"]) == 0
     table = capsys.readouterr().out.strip().splitlines()
     assert table[2].startswith("| side | flags | ÷ bare link")
@@ -21,9 +26,9 @@ def test_the_cold_stream_cell_reports_each_part_of_the_path(
     assert float(bare[4]) > 0 and bare[-1] == "0"  # no spoke, no fetches
     for row in spokes:
         client, hub, link, spoke, loop, total = (float(v) for v in row[5:11])
-        assert float(row[2]) > 0 and spoke > 0 and 0 < loop <= spoke
+        assert float(row[2]) > 0 and spoke > 0 and 0 < loop <= spoke + TICKS_SLACK_PER_GB
         assert total == pytest.approx(client + hub + link + spoke, abs=0.02)
-        assert row[-1] == "4"  # 16 MiB in 4 MiB chunks, each fetched once
+        assert row[-1] == str(2 * SHARD_MIB // 4)  # in 4 MiB chunks, each fetched once
 
 
 def test_a_side_names_a_checkout_and_its_flags() -> None:
