@@ -45,6 +45,9 @@ class EvictionPolicy(ABC, Generic[K]):
     name: str
     capacity_bytes: int
     may_decline: ClassVar[bool] = False
+    # Whether the policy decides itself which misses may push out its residents (W-TinyLFU's
+    # frequency duel): then the reuse gate (spoke.policy.admission) is not put in front.
+    filters_admission: ClassVar[bool] = False
     refused: int = 0  # a declining policy counts each decline in its own attribute
 
     @abstractmethod

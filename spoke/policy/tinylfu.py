@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Container, Hashable
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from spoke.policy.base import EvictionPolicy, SizedQueue, check_capacity, check_size, drain
 
@@ -183,6 +183,7 @@ class WTinyLFUPolicy(EvictionPolicy[K]):
     """W-TinyLFU: an LRU window, a segmented-LRU main space, a frequency-sketch duel."""
 
     name: str = "wtinylfu"
+    filters_admission: ClassVar[bool] = True
     WINDOW_DIVISOR = 100  # the window is 1 % of the capacity, Caffeine's starting point
     PROTECTED_SHARE = 0.8  # of the main space
     VICTIM_SAMPLE = 4  # probation's oldest keys the duel's victim is chosen from

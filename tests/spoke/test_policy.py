@@ -15,6 +15,7 @@ from spoke.policy import (
     EvictionPolicy,
     LRUPolicy,
     PlanAwarePolicy,
+    ReuseAdmission,
     S3FIFOPolicy,
     WTinyLFUPolicy,
     make_policy,
@@ -79,14 +80,17 @@ def next_use(key: object) -> float:
 
 
 def build(name: str, capacity_bytes: int) -> EvictionPolicy[Any]:
-    """Policy ``name``, or for "plan+NAME" policy NAME wrapped as the spoke runs it."""
+    """Policy ``name``; "reuse+NAME" is NAME behind the reuse gate; "plan+..." wraps either
+    in the plan-aware policy ("plan+reuse+NAME" is what the spoke runs by default)."""
     inner = name.removeprefix("plan+")
-    if inner == name:
-        return make_policy(name, capacity_bytes)
-    return PlanAwarePolicy(make_policy(inner, capacity_bytes), next_use)
+    bare = inner.removeprefix("reuse+")
+    policy = make_policy(bare, capacity_bytes, "reuse" if bare != inner else "all")
+    return policy if inner == name else PlanAwarePolicy(policy, next_use)
 
 
-CONTRACT_NAMES = POLICY_NAMES + tuple(f"plan+{name}" for name in POLICY_NAMES)
+CONTRACT_NAMES = tuple(
+    f"{plan}{gate}{name}" for plan in ("", "plan+") for gate in ("", "reuse+")
+    for name in POLICY_NAMES)
 
 
 @pytest.fixture(params=CONTRACT_NAMES)
@@ -231,17 +235,24 @@ class TestContract:
             if step % 50 == 0:
                 resident = policy.keys()
                 assert (len(resident), set(resident)) == (len(model), set(model))
-                if isinstance(policy, PlanAwarePolicy):
-                    assert set(policy.base.keys()) <= set(resident)
-                    check_invariants(policy.base, sizes)
-                else:
-                    check_invariants(policy, sizes)
+                check_invariants(policy, sizes, set(resident))
         assert policy.refused == declines
         assert (declines > 0) == policy.may_decline  # the declines were exercised
 
 
-def check_invariants(policy: EvictionPolicy[Any], sizes: dict[int, int]) -> None:
-    """Policy-specific bounds: ghosts are bounded in bytes and disjoint from residents."""
+def check_invariants(policy: EvictionPolicy[Any], sizes: dict[int, int],
+                     resident: set[int]) -> None:
+    """Policy-specific bounds: ghosts are bounded in bytes and disjoint from residents; a
+    wrapper's inner policy holds only resident keys, and the gate's window holds the rest."""
+    if isinstance(policy, PlanAwarePolicy):
+        assert set(policy.base.keys()) <= resident
+        check_invariants(policy.base, sizes, set(policy.base.keys()))
+        return
+    if isinstance(policy, ReuseAdmission):
+        inner, window = set(policy.base.keys()), set(policy.probation)
+        assert not inner & window and inner | window == resident
+        check_invariants(policy.base, sizes, inner)
+        return
     capacity = policy.capacity_bytes
     if isinstance(policy, ARCPolicy):
         lists = policy.segments()
@@ -273,6 +284,18 @@ def test_make_policy_builds_each_name() -> None:
         "s3fifo": S3FIFOPolicy,
         "wtinylfu": WTinyLFUPolicy,
     }
+    for name in POLICY_NAMES:
+        gated = make_policy(name, 5, "reuse")
+        assert gated.name == name
+        if name == "wtinylfu":  # a frequency filter of its own
+            assert type(gated) is WTinyLFUPolicy
+        else:
+            assert isinstance(gated, ReuseAdmission) and type(gated.base) is built[name]
+
+
+def test_make_policy_rejects_unknown_admissions() -> None:
+    with pytest.raises(ValueError, match="unknown admission 'some'; choose one of reuse, all"):
+        make_policy("arc", 1000, "some")
 
 
 @pytest.mark.parametrize("name", ["", "LRU", "fifo", "clock"])
