@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             cpus.bind_to(config.reader_cpu)  # before the loop starts any thread
         run(lambda: run_reader(config, config.reader_channel_fd or 0))
         return 0
-    logger.info("caching %s in %s (capacity %d bytes, %s, %d worker%s)", config.hub_url,
-                config.cache_dir, config.capacity_bytes, config.policy, config.workers,
-                "" if config.workers == 1 else "s")
+    logger.info("caching %s in %s (capacity %d bytes, %s, admission %s, %d worker%s)",
+                config.hub_url, config.cache_dir, config.capacity_bytes, config.policy,
+                config.admission, config.workers, "" if config.workers == 1 else "s")
     # What the defaults came to on this machine, for whoever reads the log first.
     logger.info("chosen: %d worker%s (%s), meta-ttl %g s, access log %s", config.workers,
                 "" if config.workers == 1 else "s", workers_chosen, config.meta_ttl_s,

@@ -228,7 +228,7 @@ async def open_cache(
         store=store,
         index=index,
         policy=PlanAwarePolicy(
-            make_policy(config.policy, config.capacity_bytes), plans.next_use,
+            make_policy(config.policy, config.capacity_bytes, config.admission), plans.next_use,
         ),
         hub=upstream,
         clock=clock,

@@ -17,6 +17,7 @@ from service.runner import ListenSettings
 from service.settings import add_flag, add_settings, config_from, setting, settings
 from service.tls import TlsSettings, parse_checked
 from service.workers import machine_cpus, parse_worker_count
+from spoke.policy import ADMISSIONS, DEFAULT_ADMISSION
 from spoke.policy import POLICY_NAMES as POLICIES
 from spoke.tier.peers_arg import PeerSource, parse_advertise, parse_peers
 
@@ -158,6 +159,12 @@ class _Cache:
         help="comma-separated prefixes whose chunks are never evicted (up to --pin-fraction)")
     pin_fraction: float = setting("--pin-fraction", default=0.5, parse=_fraction,
                                   help="most of the capacity pinned prefixes may hold")
+    # reuse: a dataset larger than the cache, read epoch after epoch, keeps a fixed part
+    # cached instead of cycling all of it through (docs/policies.md has the figures).
+    admission: str = setting(
+        "--admission", default=DEFAULT_ADMISSION, choices=ADMISSIONS,
+        help="which misses --policy takes in: reuse (those read again soon, or in place of "
+             "chunks nothing reads any more; the rest pass through a small window) or all")
     verify_on_start: bool = setting(
         "--verify-on-start", default=False, switch=True,
         help="check every cached chunk's digest at start-up and drop bad ones")
