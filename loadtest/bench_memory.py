@@ -136,14 +136,15 @@ async def _open_and_measure(cache_dir: str, policy: str, heap: bool) -> dict[str
     from spoke.cache.engine import ChunkCache
     from spoke.cache.index import ChunkIndex
     from spoke.cache.store import ChunkStore
-    from spoke.policy import make_policy
+    from spoke.policy import DEFAULT_ADMISSION, make_policy
     from spoke.upstream.hub import HubClient
 
     hub = HubClient("http://127.0.0.1:9", connect_timeout_s=1, read_timeout_s=1,
                     max_connections=1)
     cache = ChunkCache(store=ChunkStore(cache_dir), index=ChunkIndex(cache_dir),
-                       policy=make_policy(policy, 1 << 40), hub=hub, clock=SYSTEM_CLOCK,
-                       capacity_bytes=1 << 40, meta_ttl_s=5, fetch_concurrency=1)
+                       policy=make_policy(policy, 1 << 40, DEFAULT_ADMISSION), hub=hub,
+                       clock=SYSTEM_CLOCK, capacity_bytes=1 << 40, meta_ttl_s=5,
+                       fetch_concurrency=1)
     # Warm the thread the index lives on, so its stack is not counted as the index's.
     await asyncio.get_running_loop().run_in_executor(cache.db.executor, lambda: None)
     if heap:

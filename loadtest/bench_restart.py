@@ -21,7 +21,7 @@ from spoke.cache.engine import ChunkCache
 from spoke.cache.index import ChunkIndex, ChunkRow
 from spoke.cache.keys import ChunkKey
 from spoke.cache.store import ChunkStore
-from spoke.policy import make_policy
+from spoke.policy import DEFAULT_ADMISSION, make_policy
 from spoke.upstream.hub import HubClient
 
 CHUNK_BYTES = 4096
@@ -47,8 +47,9 @@ async def reopen(cache_dir: str, policy: str) -> tuple[float, int]:
     hub = HubClient("http://127.0.0.1:9", connect_timeout_s=1, read_timeout_s=1,
                     max_connections=1)
     cache = ChunkCache(store=ChunkStore(cache_dir), index=ChunkIndex(cache_dir),
-                       policy=make_policy(policy, 1 << 40), hub=hub, clock=SYSTEM_CLOCK,
-                       capacity_bytes=1 << 40, meta_ttl_s=5, fetch_concurrency=1)
+                       policy=make_policy(policy, 1 << 40, DEFAULT_ADMISSION), hub=hub,
+                       clock=SYSTEM_CLOCK, capacity_bytes=1 << 40, meta_ttl_s=5,
+                       fetch_concurrency=1)
     started = time.perf_counter()
     await cache.open()
     took = time.perf_counter() - started

@@ -197,10 +197,13 @@ def test_the_share_table_and_the_targets_read_the_rows() -> None:
     loop = Scenario("e", "a loop", "loop", (("n_chunks", 200), ("epochs", 3)), (0.1,))
     rows = run_case(loop, 0.1)
     shares = share_table(rows)
-    assert shares.splitlines()[0].startswith("| trace | cache | OPT hit % | arc | lru |")
-    assert "| e | 10 % | 10.0 | 0 | 0 |" in shares
+    assert shares.splitlines()[0].startswith(
+        "| trace | cache | OPT hit % | arc | lru | s3fifo | wtinylfu | arc/all | lru/all |")
+    assert "| e | 10 % | 10.0 | 95 | 95 | 95 | 88 | 0 | 0 |" in shares
     text = targets(rows)
     assert "| W-TinyLFU, loop at 10 % | 0.85 |" in text
     assert "| a plan, one job, 10-90 % | 0.95 | nan | not run | - |" in text
-    assert "| lru, any trace | 0.50 | 0.00 | e 10 % lru | no |" in text
+    assert "| lru, any trace | 0.50 | 0.95 | e 10 % lru | yes |" in text
     assert "| lru+plan, any trace | 0.50 | 1.00 | e 10 % lru+plan | yes |" in text
+    # The textbook rows are shown for reference, not judged: LRU keeps nothing of a loop.
+    assert "| lru/all (textbook, for reference), any trace | | 0.00 | e 10 % lru/all | |" in text
