@@ -31,6 +31,7 @@ __all__ = [
     "ReuseAdmission",
     "S3FIFOPolicy",
     "WTinyLFUPolicy",
+    "gate_of",
     "make_policy",
 ]
 
@@ -64,3 +65,9 @@ def make_policy(name: str, capacity_bytes: int, admission: str = "all") -> Evict
     if admission == "reuse" and not policy.filters_admission:
         return ReuseAdmission(policy)
     return policy
+
+
+def gate_of(policy: EvictionPolicy[Any]) -> ReuseAdmission[Any] | None:
+    """The reuse gate in ``policy`` (as made by make_policy, plan-aware or not), if any."""
+    base = policy.base if isinstance(policy, PlanAwarePolicy) else policy
+    return base if isinstance(base, ReuseAdmission) else None

@@ -19,6 +19,7 @@ from service.metrics import (
 )
 from spoke.cache.counters import SpokeStats
 from spoke.cache.engine import ChunkCache
+from spoke.policy import gate_of
 from spoke.prefetch.warm import WarmJobs
 from spoke.tier.upstream import TierCounters, TieredUpstream
 from spoke.upstream.resilience import STATE_CODES
@@ -98,7 +99,16 @@ def stats_series(
         Series("spoke_pinned_bytes", "gauge", "bytes of chunks under pinned prefixes",
                lambda: cache.pinned_bytes),
         Series("spoke_policy_info", "gauge", "the eviction policy in use (value 1)",
-               lambda: 1, (("policy", cache.policy.name),)),
+               lambda: 1, (("policy", cache.policy.name), ("admission", _admission(cache)))),
+        Series("spoke_admission_window_bytes", "gauge",
+               "bytes of misses not read again soon, held in the reuse gate's window",
+               lambda: _gate_figure(cache, "window_bytes")),
+        Series("spoke_admission_promoted_total", "counter",
+               "chunks read twice in the reuse gate's window, moved to the policy",
+               lambda: _gate_figure(cache, "promoted")),
+        Series("spoke_admission_replaced_total", "counter",
+               "chunks idle past the reuse horizon that a miss replaced",
+               lambda: _gate_figure(cache, "replaced_dead")),
         Series("spoke_hub_fetches_in_flight", "gauge", "chunk fetches waiting on the hub",
                lambda: cache.fetches_in_flight),
         Series("spoke_fill_buffer_bytes", "gauge",
@@ -182,6 +192,18 @@ def read_latency_histograms() -> dict[str, Histogram]:
     return {outcome: Histogram(READ_LATENCY_BUCKETS_S) for outcome in ("hit", "miss", "partial")}
 
 
+def _admission(cache: ChunkCache) -> str:
+    """``reuse`` behind the reuse gate, else ``policy``: the policy admits by its own rule."""
+    return "reuse" if gate_of(cache.policy) is not None else "policy"
+
+
+def _gate_figure(cache: ChunkCache, name: str) -> int:
+    gate = gate_of(cache.policy)
+    if gate is None:
+        return 0
+    return gate.probation.bytes if name == "window_bytes" else int(getattr(gate, name))
+
+
 def _reader(stats: SpokeStats, field: str) -> Callable[[], float]:
     return lambda: getattr(stats, field)
 
@@ -196,6 +218,10 @@ def stats_snapshot(
         used_bytes=cache.used_bytes,
         capacity_bytes=cache.capacity_bytes,
         policy=cache.policy.name,
+        admission=_admission(cache),
+        admission_window_bytes=_gate_figure(cache, "window_bytes"),
+        admission_promoted=_gate_figure(cache, "promoted"),
+        admission_replaced=_gate_figure(cache, "replaced_dead"),
         cached_chunks=cache.chunk_count,
         hub_fetches_in_flight=cache.fetches_in_flight,
         chunks_storing=cache.chunks_storing,

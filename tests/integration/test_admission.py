@@ -49,6 +49,11 @@ async def test_the_gate_keeps_part_of_a_loop_twice_the_cache(
         fetches[admission] = [await read_in_order(http, spoke.url, shards) for _ in range(3)]
         stats = await settled_stats(http, spoke.url)
         assert stats["used_bytes"] <= CAPACITY_CHUNKS * CHUNK
+        if admission == "reuse":  # the gate at work, in /stats
+            assert stats["admission"] == "reuse"
+            assert stats["admission_window_bytes"] > 0
+        else:
+            assert stats["admission"] == "policy"
     print(f"hub fetches per epoch ({policy}): {fetches}")
     # The first epoch fetches everything either way. After it, every miss admitted pushes
     # out the chunk needed soonest: each epoch fetches the whole dataset again. The gate

@@ -35,7 +35,7 @@ async def test_a_pinned_prefix_survives_a_scan_that_evicts_everything_else(
     async with http.get(f"{spoke.url}/metrics") as resp:
         families = {f.name: f for f in text_string_to_metric_families(await resp.text())}
     info = families["spoke_policy_info"].samples[0]
-    assert (info.labels, info.value) == ({"policy": "lru"}, 1.0)
+    assert (info.labels, info.value) == ({"policy": "lru", "admission": "reuse"}, 1.0)
     assert families["spoke_pinned_bytes"].samples[0].value == 4000
 
 
