@@ -769,9 +769,7 @@ def policy_factories() -> dict[str, PolicyFactory]:
         return lambda capacity: make_policy(name, capacity, admission)
 
     spoke = {name: factory(name, DEFAULT_ADMISSION) for name in POLICY_NAMES}
-    # W-TinyLFU filters its own admissions: the spoke runs it bare, its row says it all.
-    textbook = {name + TEXTBOOK: factory(name, "all") for name in POLICY_NAMES
-                if type(spoke[name](CHUNK)) is not type(make_policy(name, CHUNK))}
+    textbook = {name + TEXTBOOK: factory(name, "all") for name in POLICY_NAMES}
     return spoke | textbook
 
 

@@ -45,8 +45,8 @@ _FACTORIES: dict[str, Callable[[int], EvictionPolicy[Any]]] = {
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)
 
 # "reuse": misses that do not come back soon wait in a small window instead of pushing out
-# residents (ReuseAdmission), for the policies that admit every miss (W-TinyLFU has a
-# filter of its own); "all": every miss is admitted, as the textbook policies do.
+# residents, and residents no job reads any more give way (ReuseAdmission; W-TinyLFU, which
+# filters its own admissions, gets only the latter); "all": the textbook policies.
 ADMISSIONS: tuple[str, ...] = ("reuse", "all")
 DEFAULT_ADMISSION = "reuse"  # what --admission defaults to
 
@@ -62,9 +62,7 @@ def make_policy(name: str, capacity_bytes: int, admission: str = "all") -> Evict
         raise ValueError(f"unknown admission {admission!r}; choose one of "
                          f"{', '.join(ADMISSIONS)}")
     policy = factory(capacity_bytes)
-    if admission == "reuse" and not policy.filters_admission:
-        return ReuseAdmission(policy)
-    return policy
+    return ReuseAdmission(policy) if admission == "reuse" else policy
 
 
 def gate_of(policy: EvictionPolicy[Any]) -> ReuseAdmission[Any] | None:

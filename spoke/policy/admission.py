@@ -25,6 +25,11 @@ This gate, in front of any policy, gets near that from the reads alone:
   job's chunks take its place rather than the old ones staying for good. The horizon
   decays, so it follows a working set that shrinks.
 
+W-TinyLFU decides by itself which misses may push out its residents (its frequency duel),
+and the window would only take its place; but its counts keep a finished job's chunks for
+epochs of the next job. In front of such a policy (``filters_admission``) the gate only
+replaces dead residents, once a horizon is known, and gives them half a horizon more.
+
 Nothing is declined: every fill is stored, in the base policy or in the window, so
 callers and wrappers (:class:`~spoke.policy.plan_aware.PlanAwarePolicy`) see the
 ordinary contract. The simulator's figures, with and without the gate, are in
@@ -56,6 +61,10 @@ _TAG_MASK = (1 << _TAG_BITS) - 1
 # stores a chunk after fetching it, with other reads between); a fill that fails is never
 # inserted, so the oldest are forgotten past this many.
 _MAX_BOUND = 4096
+# A policy that filters its own admissions keeps its residents until they are idle this many
+# horizons: a dataset that grows each epoch comes back a little later every time, and a
+# resident its duel kept is not to be swept for being a little late.
+_SWEEP_MARGIN = 1.5
 
 
 class ReadClocks:
@@ -101,9 +110,12 @@ class ReuseAdmission(EvictionPolicy[K]):
     they replace a resident whose job is over (see the module docstring)."""
 
     def __init__(self, base: EvictionPolicy[K], probation_share: float = 0.05) -> None:
-        if base.may_decline or base.filters_admission:
-            raise ValueError(f"ReuseAdmission gates a policy that admits every miss; "
+        if base.may_decline:
+            raise ValueError(f"ReuseAdmission gates a policy that keeps every fill; "
                              f"{base.name} turns some away itself")
+        # A policy that filters its own admissions (W-TinyLFU): dead residents replaced,
+        # no window, every other miss to its own duel.
+        self.sweep_only = base.filters_admission
         self.base = base
         self.name = base.name
         self.capacity_bytes = base.capacity_bytes
@@ -135,6 +147,10 @@ class ReuseAdmission(EvictionPolicy[K]):
         self.base.admit(key)
 
     def evict(self, incoming: K | None = None) -> K | None:
+        if self.sweep_only and incoming is not None and incoming == self._incoming:
+            # Only once reuse is known: filling up, the policy's own duel decides.
+            dead = self._dead_resident() if self.horizon else None
+            return dead if dead is not None else self._evict_from_base(incoming)
         if incoming is None or incoming != self._incoming or self._is_short():
             return self._evict_from_base(incoming)
         dead = self._dead_resident()
@@ -214,7 +230,8 @@ class ReuseAdmission(EvictionPolicy[K]):
         if not self._idle or (self._distance == _NEVER and self.horizon):
             return None
         key, last_read = next(iter(self._idle.items()))
-        if self.reads.clock - last_read <= self.horizon:
+        margin = _SWEEP_MARGIN if self.sweep_only else 1.0
+        if self.reads.clock - last_read <= self.horizon * margin:
             return None
         del self._idle[key]
         self.base.remove(key)

@@ -46,7 +46,7 @@ class EvictionPolicy(ABC, Generic[K]):
     capacity_bytes: int
     may_decline: ClassVar[bool] = False
     # Whether the policy decides itself which misses may push out its residents (W-TinyLFU's
-    # frequency duel): then the reuse gate (spoke.policy.admission) is not put in front.
+    # frequency duel): then the reuse gate (spoke.policy.admission) only sweeps dead ones.
     filters_admission: ClassVar[bool] = False
     refused: int = 0  # a declining policy counts each decline in its own attribute
 

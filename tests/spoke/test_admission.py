@@ -13,7 +13,6 @@ from spoke.policy import (
     LRUPolicy,
     PlanAwarePolicy,
     ReuseAdmission,
-    WTinyLFUPolicy,
     make_policy,
 )
 from spoke.policy.admission import ReadClocks
@@ -141,17 +140,29 @@ def test_a_one_pass_scan_gives_way_to_a_job_reading_every_epoch() -> None:
     assert per_round == sorted(per_round), per_round  # it never loses ground
 
 
-def test_it_wants_a_base_that_takes_every_fill() -> None:
+def test_it_wants_a_base_that_keeps_every_fill() -> None:
     planned = PlanAwarePolicy(LRUPolicy[int](10 * CHUNK), lambda key: math.inf)
-    with pytest.raises(ValueError, match="admits every miss; lru turns some away itself"):
+    with pytest.raises(ValueError, match="keeps every fill; lru turns some away itself"):
         ReuseAdmission(planned)
-    with pytest.raises(ValueError, match="wtinylfu turns some away itself"):
-        ReuseAdmission(WTinyLFUPolicy[int](10 * CHUNK))
 
 
-def test_wtinylfu_keeps_its_own_admission() -> None:
-    """Its frequency duel already turns away what is not read often: no gate in front."""
-    assert type(make_policy("wtinylfu", 10 * CHUNK, "reuse")) is WTinyLFUPolicy
+def test_wtinylfu_keeps_its_own_filter_and_lets_a_finished_job_go() -> None:
+    """Its frequency duel turns away what is not read often: no window in front of it. But
+    its counts of a finished job's chunks, read every epoch, stay higher than the next
+    job's for several halvings; the gate sweeps those once they are idle past the horizon
+    (and half as much again)."""
+    job_a, job_b = list(range(20)), list(range(1000, 1050))
+    policy = make_policy("wtinylfu", 20 * CHUNK, "reuse")
+    bare = make_policy("wtinylfu", 20 * CHUNK)
+    assert isinstance(policy, ReuseAdmission) and policy.sweep_only
+    for each in (policy, bare):
+        for _ in range(5):
+            hits(each, job_a)
+    b_hits = [hits(policy, job_b) for _ in range(8)]
+    bare_hits = [hits(bare, job_b) for _ in range(8)]
+    assert policy.probation.bytes == 0 and policy.replaced_dead >= 19
+    assert not set(job_a) & set(policy.keys())
+    assert b_hits[-1] >= 15 and sum(b_hits) > 2 * sum(bare_hits), (b_hits, bare_hits)
 
 
 def test_a_fill_routed_to_the_window_lands_there_after_other_fills() -> None:
