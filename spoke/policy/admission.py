@@ -181,7 +181,13 @@ class ReuseAdmission(EvictionPolicy[K]):
         self.reads.fit(len(self))
 
     def touch(self, key: K) -> None:
-        if key in self.probation:
+        idle = self._idle  # exactly the base's residents: one lookup on the hits' path
+        if key in idle:
+            self._read(key)
+            idle[key] = self.reads.clock
+            idle.move_to_end(key)
+            self.base.touch(key)
+        elif key in self.probation:
             self._read(key)
             if key not in self._hit_once:
                 self._hit_once.add(key)
@@ -191,11 +197,6 @@ class ReuseAdmission(EvictionPolicy[K]):
             size = self.probation.pop(key)
             assert size is not None
             self._into_base(key, size)
-        elif key in self.base:
-            self._read(key)
-            self._idle[key] = self.reads.clock
-            self._idle.move_to_end(key)
-            self.base.touch(key)
 
     def remove(self, key: K) -> None:
         self._bound.pop(key, None)
@@ -216,12 +217,12 @@ class ReuseAdmission(EvictionPolicy[K]):
             # Decays by about 1/e over 16 reads per resident: a few epochs of a dataset
             # the size of the cache, so a long-gone job's distances stop counting.
             horizon = self.horizon
-            horizon -= horizon / (16 * max(1, len(self.base)))
-            self.horizon = max(distance, horizon)
+            horizon -= horizon / (16 * len(self._idle) + 1)
+            self.horizon = distance if distance > horizon else horizon
         return distance
 
     def _is_short(self) -> bool:
-        return self._distance <= max(1, len(self.base))
+        return self._distance <= max(1, len(self._idle))
 
     def _dead_resident(self) -> K | None:
         """A dead resident of the base, evicted, if the incoming miss was read before (or
