@@ -3,7 +3,8 @@
 A hub and two spokes (LRU, W-TinyLFU) as child processes; 32 training chunks of 64 KiB
 read in 4 shuffled epochs next to a one-pass scan, one read at a time in the simulator's
 order, so every figure is deterministic: W-TinyLFU keeps the training set despite the
-scan and LRU does not, and the spoke's hits and hub bytes are exactly the simulator's.
+scan, LRU behind the reuse gate most of it (the textbook LRU a sixth), and the spoke's hits
+and hub bytes are exactly the simulator's.
 
 The geometry matters for W-TinyLFU: at 32 chunks (a 35.2-chunk cache) the simulator has it
 at 100 % from epoch 3; at sizes where the capacity's remainder leaves its main space short
@@ -43,7 +44,7 @@ def last_epoch_hit_ratio(figures: dict[str, Any], policy: str) -> float:
 
 
 @pytest.mark.timeout(90)
-def test_wtinylfu_keeps_the_training_set_and_lru_does_not(
+def test_wtinylfu_keeps_the_training_set_and_lru_behind_the_gate_most_of_it(
     run: tuple[str, dict[str, Any]],
 ) -> None:
     _, figures = run
@@ -51,7 +52,9 @@ def test_wtinylfu_keeps_the_training_set_and_lru_does_not(
     lru = last_epoch_hit_ratio(figures, "lru")
     assert wtinylfu >= 0.9, figures["measured"]["wtinylfu"]
     assert wtinylfu > lru, (wtinylfu, lru)
-    assert lru < 0.5  # 110 % of the training set, half of it scan: LRU's ~16 %
+    # 110 % of the training set, half of it scan: the textbook LRU keeps about 16 % (the
+    # last reads, half of them the scan's); the gate lets the scan's chunks go.
+    assert lru > 0.5, figures["measured"]["lru"]
 
 
 @pytest.mark.timeout(90)
