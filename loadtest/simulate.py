@@ -658,7 +658,7 @@ def scenarios(*, quick: bool = False, seed: int = 1) -> list[Scenario]:
     same registering one epoch ahead, (d) Zipf, (e) a loop, (f) a growing dataset, (g)
     a noisy plan, (h) a job that ends and another that starts."""
     n = 2_000 if quick else 12_000  # chunks in the training dataset
-    small = 1_000 if quick else 12_000  # the same, for the traces (e)-(g)
+    small = 1_000 if quick else 12_000  # the same, for the traces (e)-(h)
     epochs = 4 if quick else 10
     fractions = (0.25, 0.5, 0.9, 1.1)
     jobs = (("job0", n // 2, 4), ("job1", 3 * n // 10, 6), ("job2", n // 5, 9))
