@@ -12,8 +12,11 @@ This gate, in front of any policy, gets near that from the reads alone:
 * Each read notes the key's *reuse distance*: the reads since its previous read. The read
   clocks live in a direct-mapped table of a few slots per resident, so a key read too long
   ago, or never, counts as never seen.
-* A miss re-read within about as many reads as the base policy holds entries is *short*: a
-  policy that had kept it would have hit. It goes to the base policy, as without the gate.
+* A miss re-read within about as many reads as the base policy holds entries, whose
+  previous reuse was as short, is *short*: a policy that had kept it would have hit, twice
+  in a row. It goes to the base policy, as without the gate. One short reuse alone is
+  chance: a chunk read off-plan just before its planned read comes back an epoch later,
+  and the resident the base would evict for it is due sooner.
 * Any other miss is *long*. It does not push out the base's residents. It goes to a small
   FIFO of its own, the *probation* window, a few percent of the capacity, where a read
   soon after (a retry, a sample read twice, a DataLoader's reordering) still finds it. A
@@ -55,8 +58,10 @@ _SLOTS_PER_ENTRY = 8  # read-clock slots per resident: what bounds the distances
 _MIN_SLOTS = 4096
 _MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads Python's small-int hashes
 _WORD = (1 << 64) - 1
-_TAG_BITS = 16  # a slot holds (clock << 16) | tag; the tag tells its key from a collision
-_TAG_MASK = (1 << _TAG_BITS) - 1
+_TAG_BITS = 16  # a slot holds (clock << 17) | (short << 16) | tag; the tag tells its key
+_TAG_MASK = (1 << _TAG_BITS) - 1  # from a collision; ``short``: that read's reuse was short
+_SHORT = 1 << _TAG_BITS
+_CLOCK_SHIFT = _TAG_BITS + 1
 # Fills sent to the window, remembered from their eviction to their insert (the cache
 # stores a chunk after fetching it, with other reads between); a fill that fails is never
 # inserted, so the oldest are forgotten past this many.
@@ -71,25 +76,33 @@ class ReadClocks:
     """When each key was last read, in reads, for about ``_SLOTS_PER_ENTRY`` keys per
     resident: one machine word per slot, however large the keys."""
 
-    __slots__ = ("_mask", "_slots", "clock")
+    __slots__ = ("_mask", "_slots", "clock", "was_short")
 
     def __init__(self) -> None:
         self.clock = 0
+        self.was_short = False  # whether the key's previous read, too, came back soon
         self._slots = array("q", bytes(8 * _MIN_SLOTS))
         self._mask = _MIN_SLOTS - 1
 
-    def read(self, key: Hashable) -> float:
-        """Count a read of ``key``; the reads since its previous one, or inf if unknown."""
+    def read(self, key: Hashable, short: float) -> float:
+        """Count a read of ``key``; the reads since its previous one, or inf if unknown.
+        Notes whether that is at most ``short``, and sets :attr:`was_short` to what the
+        previous read noted."""
         mixed = (hash(key) * _MIX) & _WORD
         mixed ^= mixed >> 29
         slot = (mixed >> _TAG_BITS) & self._mask
         tag = (mixed & _TAG_MASK) | 1  # never 0: an empty slot never matches
         previous = self._slots[slot]
         self.clock += 1
-        self._slots[slot] = (self.clock << _TAG_BITS) | tag
         if previous & _TAG_MASK != tag:
+            self.was_short = False
+            self._slots[slot] = (self.clock << _CLOCK_SHIFT) | tag
             return _NEVER
-        return float(self.clock - (previous >> _TAG_BITS))
+        self.was_short = bool(previous & _SHORT)
+        distance = self.clock - (previous >> _CLOCK_SHIFT)
+        noted = _SHORT if distance <= short else 0
+        self._slots[slot] = (self.clock << _CLOCK_SHIFT) | noted | tag
+        return float(distance)
 
     def fit(self, entries: int) -> None:
         """Grow to the slots ``entries`` residents call for. What the old slots held stays
@@ -125,8 +138,10 @@ class ReuseAdmission(EvictionPolicy[K]):
         self.probation: SizedQueue[K] = SizedQueue()  # long misses, oldest first
         self._hit_once: set[K] = set()  # the window's keys read once since their fill
         self._idle: OrderedDict[K, int] = OrderedDict()  # base's residents -> last read
-        self._incoming: K | None = None  # the miss making room, and its reuse distance
+        # The miss making room, its reuse distance, and whether its reuse before was short.
+        self._incoming: K | None = None
         self._distance = _NEVER
+        self._was_short = False
         self._bound: OrderedDict[K, None] = OrderedDict()  # fills headed for the window
         self.promoted = 0  # probation hits moved to the base policy
         self.replaced_dead = 0  # base residents a long miss replaced
@@ -143,6 +158,7 @@ class ReuseAdmission(EvictionPolicy[K]):
 
     def admit(self, key: K) -> None:
         self._incoming, self._distance = key, self._read(key)
+        self._was_short = self.reads.was_short
         self._bound.pop(key, None)
         self.base.admit(key)
 
@@ -212,7 +228,7 @@ class ReuseAdmission(EvictionPolicy[K]):
 
     def _read(self, key: K) -> float:
         """Count a read; learn the horizon from its reuse distance."""
-        distance = self.reads.read(key)
+        distance = self.reads.read(key, max(1, len(self._idle)))
         if distance != _NEVER:
             # Decays by about 1/e over 16 reads per resident: a few epochs of a dataset
             # the size of the cache, so a long-gone job's distances stop counting.
@@ -222,7 +238,7 @@ class ReuseAdmission(EvictionPolicy[K]):
         return distance
 
     def _is_short(self) -> bool:
-        return self._distance <= max(1, len(self._idle))
+        return self._distance <= max(1, len(self._idle)) and self._was_short
 
     def _dead_resident(self) -> K | None:
         """A dead resident of the base, evicted, if the incoming miss was read before (or

@@ -102,13 +102,26 @@ def test_a_second_hit_in_the_window_moves_a_key_to_the_base() -> None:
     assert 100 in policy.base and 100 not in policy.probation and policy.promoted == 1
 
 
-def test_a_miss_read_again_soon_goes_to_the_base_by_its_rules() -> None:
+def test_a_miss_read_again_soon_twice_in_a_row_goes_to_the_base_by_its_rules() -> None:
     policy = warmed()
     access(policy, 100)  # into the window
-    access(policy, 101)  # pushes 100 out of it: evicted, but read 2 reads ago
+    assert access(policy, 100)  # a hit one read later: a short reuse
+    access(policy, 101)  # pushes 100 out of the window
     lru_victim = policy.base.keys()[0]
-    access(policy, 100)  # a short re-read: the base admits it, evicting its own victim
+    access(policy, 100)  # short again: the base admits it, evicting its own victim
     assert 100 in policy.base and lru_victim not in policy
+    assert policy.replaced_dead == 0
+
+
+def test_one_short_reuse_is_chance_and_does_not_push_out_a_live_resident() -> None:
+    """A stray read of a chunk just before its planned one makes one short reuse; its
+    next read is an epoch away, and a resident the base would evict for it is not."""
+    policy = warmed()
+    access(policy, 100)  # a first read: into the window
+    access(policy, 101)  # pushes 100 out of it
+    access(policy, 100)  # read 2 reads ago, but its reuse before that was not short
+    # Not the base's choice: a long miss's rule, which only a dead resident gives way to.
+    assert policy.replaced_dead == 1
 
 
 def test_a_finished_jobs_chunks_give_way_to_the_next_job() -> None:
@@ -181,20 +194,36 @@ def test_a_fill_routed_to_the_window_lands_there_after_other_fills() -> None:
 
 def test_read_clocks_count_reads_between_two_reads_of_a_key() -> None:
     clocks = ReadClocks()
-    assert clocks.read("a") == math.inf
+    assert clocks.read("a", 2) == math.inf
     for key in "bcd":
-        clocks.read(key)
-    assert clocks.read("a") == 4
-    assert clocks.read("a") == 1
+        clocks.read(key, 2)
+    assert clocks.read("a", 2) == 4
+    assert clocks.read("a", 2) == 1
+
+
+def test_read_clocks_tell_whether_the_reuse_before_was_short() -> None:
+    clocks = ReadClocks()
+    clocks.read("a", 1)
+    assert not clocks.was_short  # never read before
+    clocks.read("b", 1)
+    clocks.read("a", 1)  # 2 reads: longer than 1
+    assert not clocks.was_short
+    clocks.read("a", 1)  # 1 read: short, noted for the next read
+    assert not clocks.was_short
+    clocks.read("b", 1)
+    clocks.read("a", 1)
+    assert clocks.was_short
+    clocks.read("a", 1)  # the 2 reads before were not short
+    assert not clocks.was_short
 
 
 def test_read_clocks_forget_a_key_whose_slot_another_key_took() -> None:
     clocks = ReadClocks()
-    clocks.read(0)
+    clocks.read(0, 1)
     collider = next(k for k in range(1, 1 << 20)
                     if _slot(clocks, k) == _slot(clocks, 0) and _tag(k) != _tag(0))
-    clocks.read(collider)
-    assert clocks.read(0) == math.inf  # a collision is a key not seen, never a wrong distance
+    clocks.read(collider, 1)
+    assert clocks.read(0, 1) == math.inf  # a collision is a key not seen, never a wrong distance
 
 
 def test_read_clocks_grow_with_the_residents() -> None:
@@ -203,8 +232,8 @@ def test_read_clocks_grow_with_the_residents() -> None:
     small = len(clocks._slots)
     clocks.fit(100_000)
     assert len(clocks._slots) >= 8 * 100_000 > small
-    clocks.read("x")
-    assert clocks.read("x") == 1
+    clocks.read("x", 1)
+    assert clocks.read("x", 1) == 1
 
 
 def _mixed(key: int) -> int:
