@@ -156,6 +156,11 @@ class ReuseAdmission(EvictionPolicy[K]):
     def resident_bytes(self) -> int:
         return self.base.resident_bytes + self.probation.bytes
 
+    @property
+    def window_bytes(self) -> int:
+        """The bytes of long misses waiting in the window."""
+        return self.probation.bytes
+
     def admit(self, key: K) -> None:
         self._incoming, self._distance = key, self._read(key)
         self._was_short = self.reads.was_short
@@ -228,7 +233,7 @@ class ReuseAdmission(EvictionPolicy[K]):
 
     def _read(self, key: K) -> float:
         """Count a read; learn the horizon from its reuse distance."""
-        distance = self.reads.read(key, max(1, len(self._idle)))
+        distance = self.reads.read(key, self._short_limit())
         if distance != _NEVER:
             # Decays by about 1/e over 16 reads per resident: a few epochs of a dataset
             # the size of the cache, so a long-gone job's distances stop counting.
@@ -237,8 +242,12 @@ class ReuseAdmission(EvictionPolicy[K]):
             self.horizon = distance if distance > horizon else horizon
         return distance
 
+    def _short_limit(self) -> int:
+        """The longest reuse distance a policy holding the base's residents would hit."""
+        return max(1, len(self._idle))
+
     def _is_short(self) -> bool:
-        return self._distance <= max(1, len(self._idle)) and self._was_short
+        return self._distance <= self._short_limit() and self._was_short
 
     def _dead_resident(self) -> K | None:
         """A dead resident of the base, evicted, if the incoming miss was read before (or

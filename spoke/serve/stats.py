@@ -198,10 +198,9 @@ def _admission(cache: ChunkCache) -> str:
 
 
 def _gate_figure(cache: ChunkCache, name: str) -> int:
+    """The reuse gate's ``name`` (a count, or its window's bytes); 0 without a gate."""
     gate = gate_of(cache.policy)
-    if gate is None:
-        return 0
-    return gate.probation.bytes if name == "window_bytes" else int(getattr(gate, name))
+    return 0 if gate is None else int(getattr(gate, name))
 
 
 def _reader(stats: SpokeStats, field: str) -> Callable[[], float]:
