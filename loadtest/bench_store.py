@@ -3,8 +3,9 @@
 One run on 127.0.0.1 against ``rclone serve s3`` over a temporary directory:
 
 - cold 4 MiB ranged reads through the hub (``s3://`` root) against the same client
-  (botocore, the hub's own) reading the store directly, at the same concurrency,
-  interleaved round by round;
+  (aiohttp, as a spoke's chunk fills) reading the store directly by a presigned URL, at
+  the same concurrency, interleaved round by round; botocore's reads of the store
+  beside them, for reference;
 - the first manifest of a large object (the digest pass: one streamed GET, hashed
   chunk by chunk) against the store's own sequential read of it;
 - the hub's peak RSS while it hashes a small and the large object: bounded, not
@@ -29,6 +30,7 @@ from typing import Any
 
 import aiohttp
 import psutil
+from yarl import URL
 
 from hub.store.s3 import make_client
 from loadtest.meter import cpu_seconds
@@ -69,11 +71,12 @@ async def version_of(hub: str, key: str) -> str:
         return resp.headers["ETag"]
 
 
-async def hub_reads(
-    http: aiohttp.ClientSession, hub: str, etag: str, offsets: list[int], concurrency: int
+async def http_reads(
+    http: aiohttp.ClientSession, url: str | URL, etag: str, offsets: list[int], concurrency: int
 ) -> float:
-    """MB/s of 4 MiB ranged reads through the hub, each naming its version as a spoke's
-    chunk fill does (``If-Match``)."""
+    """MB/s of 4 MiB ranged GETs of ``url``, each naming its version as a spoke's chunk
+    fill does (``If-Match``): the hub's ``/objects`` URL, or the store's presigned one
+    (the same client both ways)."""
     queue = list(offsets)
 
     async def worker() -> int:
@@ -81,9 +84,12 @@ async def hub_reads(
         while queue:
             start = queue.pop()
             headers = {"Range": f"bytes={start}-{start + 4 * MIB - 1}", "If-Match": etag}
-            async with http.get(f"{hub}/objects/{READS}", headers=headers) as resp:
-                assert resp.status == 206, resp.status
-                got += len(await resp.read())
+            async with http.get(url, headers=headers) as resp:
+                # rclone answers a presigned range 200, with its Content-Range.
+                assert resp.status in (200, 206), resp.status
+                body = await resp.read()
+                assert len(body) == 4 * MIB, len(body)
+                got += len(body)
         return got
 
     t0 = time.perf_counter()
@@ -110,6 +116,16 @@ def direct_reads(client: Any, offsets: list[int], concurrency: int) -> float:
     with ThreadPoolExecutor(concurrency) as pool:
         total = sum(pool.map(lambda _: worker(), range(concurrency)))
     return total / (time.perf_counter() - t0) / 1e6
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def round_ratio(ours: list[float], theirs: list[float]) -> float:
+    """The median of each round's own ratio: a round's runs are back to back and share
+    the machine's load of the moment, which the medians apart do not."""
+    return median([a / b for a, b in zip(ours, theirs, strict=True)])
 
 
 def sequential_read_s(client: Any, key: str) -> float:
@@ -180,28 +196,38 @@ async def run(args: argparse.Namespace) -> None:
             offsets = [(i * 4 * MIB) % (size - 4 * MIB) for i in range(args.reads)]
             rows: list[tuple[str, str, str, str]] = []
             etag = await version_of(hub.url, READS)
+            hub_url = f"{hub.url}/objects/{READS}"
+            # The same client both ways (aiohttp, as a spoke's fills): the store's URL is
+            # presigned once, as the hub presigns its own.
+            store_url = URL(client.generate_presigned_url(
+                "get_object", Params={"Bucket": BUCKET, "Key": READS}, ExpiresIn=3600),
+                encoded=True)  # as signed: not quoted again
+            store_etag = client.head_object(Bucket=BUCKET, Key=READS)["ETag"]
             async with aiohttp.ClientSession() as http:
-                await hub_reads(http, hub.url, etag, offsets[:4], 2)  # connections, both sides
+                # Connections, every side.
+                await http_reads(http, hub_url, etag, offsets[:4], 2)
+                await http_reads(http, store_url, store_etag, offsets[:4], 2)
                 direct_reads(client, offsets[:4], 2)
                 gb = len(offsets) * 4 * MIB / 1e9
                 hub_cpu = store_cpu_hub = store_cpu_direct = 0.0
                 for c in args.concurrency:
-                    via_hub, direct = [], []
+                    via_hub, direct, botocore_direct = [], [], []
                     for _ in range(args.rounds):
                         hub0, store0 = cpu_seconds([hub.pid]), cpu_seconds([store.process.pid])
-                        via_hub.append(await hub_reads(http, hub.url, etag, offsets, c))
+                        via_hub.append(await http_reads(http, hub_url, etag, offsets, c))
                         hub_cpu += cpu_seconds([hub.pid]) - hub0
                         store1 = cpu_seconds([store.process.pid])
                         store_cpu_hub += store1 - store0
-                        direct.append(direct_reads(client, offsets, c))
+                        direct.append(await http_reads(http, store_url, store_etag, offsets, c))
                         store_cpu_direct += cpu_seconds([store.process.pid]) - store1
-                    h, d = sorted(via_hub)[len(via_hub) // 2], sorted(direct)[len(direct) // 2]
-                    # Each round's two runs are back to back: their ratio shares the
-                    # machine's load of the moment, which the medians apart do not.
-                    ratios = sorted(a / b for a, b in zip(via_hub, direct, strict=True))
+                        botocore_direct.append(direct_reads(client, offsets, c))
                     rows.append((f"cold 4 MiB ranged reads ×{c} (MB/s, median of "
-                                 f"{args.rounds}; ratio: median of the rounds')", f"{h:.0f}",
-                                 f"{d:.0f}", f"{ratios[len(ratios) // 2]:.2f}"))
+                                 f"{args.rounds}; ratio: median of the rounds')",
+                                 f"{median(via_hub):.0f}", f"{median(direct):.0f}",
+                                 f"{round_ratio(via_hub, direct):.2f}"))
+                    rows.append((f"… the store direct through botocore ×{c}", "-",
+                                 f"{median(botocore_direct):.0f}",
+                                 f"{round_ratio(via_hub, botocore_direct):.2f}"))
                 runs = len(args.concurrency) * args.rounds
                 rows.append(("CPU s per GB of ranged reads: hub / the store",
                              f"{hub_cpu / runs / gb:.2f} / {store_cpu_hub / runs / gb:.2f}",
