@@ -1,9 +1,11 @@
 """The bench's cold stream cell alone, with the CPU each process of the path spends per GB.
 
     python -m loadtest.bench_cold_cpu [--rounds 4] [--readers 4] [--shards 8]
-        [--shard-mib 128] [--side NAME=TREE[:FLAG,FLAG...]] ...
+        [--shard-mib 128] [--pattern stream|random] [--side NAME=TREE[:FLAG,FLAG...]] ...
 
-``--readers`` loaders GET whole shards through a 60 ms link, once through the bare link
+``--readers`` loaders GET whole shards (``--pattern random``: every 4 MiB range of the
+shards once, in random order, as the bench's cold random cell does with 16 readers)
+through a 60 ms link, once through the bare link
 (the hub, no cache) and once through each side's spoke, started empty. A side is a
 checkout (``TREE``: its spoke runs that tree's code, as :mod:`loadtest.procs` starts it
 there) and the spoke's flags; by default this checkout at its defaults. Rounds
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -39,6 +42,7 @@ from loadtest.lab import Lab
 from loadtest.meter import cpu_seconds, process_tree, self_cpu
 
 MiB = 1 << 20
+RANDOM_RANGE = 4 * MiB
 BARE = "bare link"
 PARTS = ("client", "hub", "link", "spoke", "loop")
 
@@ -100,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--shard-mib", type=int, default=128)
     parser.add_argument("--latency-ms", type=int, default=60)
+    parser.add_argument("--pattern", choices=("stream", "random"), default="stream",
+                        help="whole shards, or their 4 MiB ranges in random order")
     parser.add_argument("--side", action="append", type=parse_side, default=[],
                         help="NAME=TREE[:FLAGS]: a spoke from checkout TREE with FLAGS "
                              "(comma-separated); default: this checkout, no flags")
@@ -112,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         root = os.path.join(work, "data")
         shards = generate(root, args.shards, args.shard_mib * MiB, prefix="stream", seed=5)
         jobs: list[tuple[str, int, int | None]] = [(sh.path, 0, None) for sh in shards]
+        if args.pattern == "random":
+            jobs = [(sh.path, offset, RANDOM_RANGE) for sh in shards
+                    for offset in range(0, sh.size - RANDOM_RANGE + 1, RANDOM_RANGE)]
+            random.Random(7).shuffle(jobs)
         size = sum(sh.size for sh in shards)
+        # Every byte of the shards once (random: their whole 4 MiB ranges).
+        expected = size if args.pattern == "stream" else len(jobs) * RANDOM_RANGE
         with Lab(log_dir=work) as lab:
             hub = lab.hub(root, "--access-log", "off", "--log-level", "warning")
             spoke_link = lab.link(hub.url, latency_ms=args.latency_ms, name="cold-cpu-spoke")
@@ -140,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                         if spoke is not None:
                             lab.stop(spoke)
                             shutil.rmtree(cache, ignore_errors=True)
-                    if errors or nbytes != size:
-                        raise SystemExit(f"{side.name}: {errors} errors, {nbytes} of {size} "
-                                         "bytes")
+                    if errors or nbytes != expected:
+                        raise SystemExit(f"{side.name}: {errors} errors, {nbytes} of "
+                                         f"{expected} bytes")
                     side.gb_s.append(nbytes / seconds / 1e9)
                     side.cpu.append(per_gb(before, after, nbytes))
                     side.hub_fetches.append(fetches)
@@ -158,9 +170,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(bare: Side, sides: list[Side], args: argparse.Namespace, loadavg: str) -> str:
     med = statistics.median
-    lines = [f"Cold stream: {args.readers} readers, {args.shards} whole {args.shard_mib} MiB "
-             f"shards through {args.latency_ms} ms, {args.rounds} rounds interleaved "
-             f"(load average after: {loadavg}). CPU seconds per GB delivered, medians.", "",
+    what = "whole" if args.pattern == "stream" else "4 MiB ranges at random of"
+    lines = [f"Cold {args.pattern}: {args.readers} readers, {args.shards} {what} "
+             f"{args.shard_mib} MiB shards through {args.latency_ms} ms, {args.rounds} rounds "
+             f"interleaved (load average after: {loadavg}). CPU seconds per GB delivered, "
+             "medians.", "",
              "| side | flags | ÷ bare link | each round | GB/s | client | hub | link | spoke "
              "| spoke's loop | total | hub fetches |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

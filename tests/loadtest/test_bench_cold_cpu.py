@@ -31,6 +31,19 @@ def test_the_cold_stream_cell_reports_each_part_of_the_path(
         assert row[-1] == str(2 * SHARD_MIB // 4)  # in 4 MiB chunks, each fetched once
 
 
+def test_the_cold_random_cell_reads_every_range_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--rounds", "1", "--readers", "4", "--shards", "2", "--shard-mib", "8",
+                 "--pattern", "random"]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[0].startswith("Cold random: 4 readers, 2 4 MiB ranges at random of 8 MiB")
+    rows = [row.strip("| ").split(" | ") for row in table[4:]]
+    assert [row[0] for row in rows] == ["bare link", "spoke"]
+    assert float(rows[1][2]) > 0
+    assert rows[1][-1] == "4"  # 2 shards of two 4 MiB chunks, each fetched once
+
+
 def test_a_side_names_a_checkout_and_its_flags() -> None:
     side = parse_side("ra8=/tmp/tree:--readahead,8")
     assert (side.name, side.tree, side.flags) == ("ra8", "/tmp/tree", ("--readahead", "8"))
