@@ -13,8 +13,9 @@ length told by Content-Length); a GET that fails on a kept connection (the store
 closed it meanwhile) is sent once more on a new one, as urllib3 does.
 
 The answer's head is read by :func:`protocol.http1.parse_response_head`, not by
-http.client's: that one goes through the email package's parser, about 60 µs a head
-against 7, for fields the hub reads five of. The body is http.client's as ever.
+http.client's, which goes through the email package's parser at several times the cost
+for the five fields the hub reads (figures: docs/performance.md). The body is
+http.client's as ever.
 """
 
 from __future__ import annotations
@@ -81,15 +82,15 @@ class QuickResponse(HTTPResponse):
             raise HTTPException(f"an interim answer {head.status} to a GET")
         self.code = self.status = head.status
         self.reason = ""
-        self.version = 11
+        self.version = 10 if lines[0].startswith(b"HTTP/1.0 ") else 11
         # http.client's are its email message; every reader here asks .get().
         self.headers = self.msg = FieldsByName(head.headers)
         coding = head.headers.get("transfer-encoding")
         self.chunked = coding is not None and coding.lower() == "chunked"
         self.chunk_left = None
         self.length = None if self.chunked else head.content_length
-        if head.status in (204, 304):
-            self.length = 0
+        if head.status in (204, 304) or self._method == "HEAD":
+            self.length = 0  # no body, whatever Content-Length says
         self.will_close = not head.keep_alive or (not self.chunked and self.length is None)
 
 

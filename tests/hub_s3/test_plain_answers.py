@@ -102,7 +102,15 @@ def test_an_http_1_0_answer_closes_its_connection(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     response = answer_to(pair, b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
-    assert response.will_close
+    assert response.will_close and response.version == 10
+
+
+def test_an_answer_without_a_body_has_none_whatever_its_length_says(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    response = answer_to(pair, b"HTTP/1.1 304 Not Modified\r\nContent-Length: 100\r\n\r\n")
+    assert response.length == 0 and not response.will_close
+    assert response.read() == b""
 
 
 @pytest.mark.parametrize("raw", [
