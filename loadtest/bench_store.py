@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from statistics import median_high
 from typing import Any
 
 import aiohttp
@@ -122,14 +123,10 @@ def direct_reads(client: Any, offsets: list[int], concurrency: int) -> float:
     return total / (time.perf_counter() - t0) / 1e6
 
 
-def median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def round_ratio(ours: list[float], theirs: list[float]) -> float:
     """The median of each round's own ratio: a round's runs are back to back and share
     the machine's load of the moment, which the medians apart do not."""
-    return median([a / b for a, b in zip(ours, theirs, strict=True)])
+    return median_high([a / b for a, b in zip(ours, theirs, strict=True)])
 
 
 def sequential_read_s(client: Any, key: str) -> float:
@@ -228,10 +225,10 @@ async def run(args: argparse.Namespace) -> None:
                         botocore_direct.append(direct_reads(client, offsets, c))
                     rows.append((f"cold 4 MiB ranged reads ×{c} (MB/s, median of "
                                  f"{args.rounds}; ratio: median of the rounds')",
-                                 f"{median(via_hub):.0f}", f"{median(direct):.0f}",
+                                 f"{median_high(via_hub):.0f}", f"{median_high(direct):.0f}",
                                  f"{round_ratio(via_hub, direct):.2f}"))
                     rows.append((f"… the store direct through botocore ×{c}", "-",
-                                 f"{median(botocore_direct):.0f}",
+                                 f"{median_high(botocore_direct):.0f}",
                                  f"{round_ratio(via_hub, botocore_direct):.2f}"))
                 runs = len(args.concurrency) * args.rounds
                 rows.append(("CPU s per GB of ranged reads: hub / the store",

@@ -8,6 +8,7 @@ store go through it in every test of this directory.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -44,11 +45,10 @@ def answer_to(pair: tuple[socket.socket, socket.socket], raw: bytes,
     store, hub = pair
 
     def send() -> None:  # in a thread: a head larger than the socket's buffer
-        try:
+        # OSError: the reader refused the head and shut its end.
+        with contextlib.suppress(OSError):
             store.sendall(raw)
             store.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the reader refused the head and shut its end
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
