@@ -2,6 +2,7 @@
 
     python -m loadtest.bench_cold_cpu [--rounds 4] [--readers 4] [--shards 8]
         [--shard-mib 128] [--pattern stream|random] [--side NAME=TREE[:FLAG,FLAG...]] ...
+        [--relay]
 
 ``--readers`` loaders GET whole shards (``--pattern random``: every 4 MiB range of the
 shards once, in random order, as the bench's cold random cell does with 16 readers)
@@ -17,6 +18,10 @@ the link (the Toxiproxy stand-in's processes, or none for a real one elsewhere) 
 spoke (all its processes; ``loop`` is its event loop's thread alone). On cores the path
 shares, a side's ratio follows the inverse ratio of the totals: compare those, they
 carry over to a loaded machine where GB/s do not.
+
+``--relay`` adds a side where nginx stands in the spoke's place as a plain relay to the
+same link (no cache, no disk, bytes passed on as they arrive; its processes in the
+spoke's columns): what one more hop costs on these cores before a cache does anything.
 """
 
 from __future__ import annotations
@@ -40,10 +45,12 @@ from loadtest.bench import fetch_many
 from loadtest.dataset import generate
 from loadtest.lab import Lab
 from loadtest.meter import cpu_seconds, process_tree, self_cpu
+from loadtest.nginx import nginx_binary, start_nginx
 
 MiB = 1 << 20
 RANDOM_RANGE = 4 * MiB
 BARE = "bare link"
+RELAY = "nginx relay"
 PARTS = ("client", "hub", "link", "spoke", "loop")
 
 
@@ -77,14 +84,16 @@ def loop_thread_cpu(pid: int) -> float:
     return 0.0
 
 
-def sample(hub_pid: int, spoke_pid: int | None) -> dict[str, float]:
-    """CPU seconds so far, by part of the path."""
-    ours = {hub_pid, spoke_pid, os.getpid()}
+def sample(hub_pid: int, spoke_pid: int | None, relay_pid: int | None = None
+           ) -> dict[str, float]:
+    """CPU seconds so far, by part of the path (a relay in the spoke's columns)."""
+    ours = {hub_pid, spoke_pid, relay_pid, os.getpid()}
     link = [p for child in psutil.Process().children() if child.pid not in ours
             for p in process_tree(child.pid)]
     spoke = process_tree(spoke_pid) if spoke_pid else []
+    relay = process_tree(relay_pid) if relay_pid else []
     return {"client": self_cpu(), "hub": cpu_seconds(process_tree(hub_pid)),
-            "link": cpu_seconds(link), "spoke": cpu_seconds(spoke),
+            "link": cpu_seconds(link), "spoke": cpu_seconds(spoke + relay),
             "loop": loop_thread_cpu(spoke_pid) if spoke_pid else 0.0}
 
 
@@ -109,8 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", action="append", type=parse_side, default=[],
                         help="NAME=TREE[:FLAGS]: a spoke from checkout TREE with FLAGS "
                              "(comma-separated); default: this checkout, no flags")
+    parser.add_argument("--relay", action="store_true",
+                        help="a side through nginx as a plain relay (no cache) instead of a "
+                             "spoke")
     args = parser.parse_args(argv)
     sides: list[Side] = args.side or [Side("spoke", procs.REPO, ())]
+    if args.relay:
+        if nginx_binary() is None:
+            raise SystemExit("--relay needs nginx (apt-get install nginx)")
+        sides.append(Side(RELAY, "", ()))
     bare = Side(BARE, procs.REPO, ())
     work = tempfile.mkdtemp(prefix="bench-cold-cpu-")
     repo = procs.REPO
@@ -129,12 +145,14 @@ def main(argv: list[str] | None = None) -> int:
             hub = lab.hub(root, "--access-log", "off", "--log-level", "warning")
             spoke_link = lab.link(hub.url, latency_ms=args.latency_ms, name="cold-cpu-spoke")
             bare_link = lab.link(hub.url, latency_ms=args.latency_ms, name="cold-cpu-bare")
+            relay = lab.enter(start_nginx((spoke_link.host, spoke_link.port))) \
+                if args.relay else None
             for rnd in range(args.rounds):
                 order = [bare, *sides] if rnd % 2 == 0 else [*reversed(sides), bare]
                 for side in order:
                     spoke = None
                     cache = os.path.join(work, f"cache-{rnd}-{side.name}")
-                    if side is not bare:
+                    if side.name not in (BARE, RELAY):
                         procs.REPO = side.tree  # its code, not this checkout's
                         try:
                             spoke = lab.spoke(spoke_link.url, cache, "--capacity",
@@ -142,11 +160,14 @@ def main(argv: list[str] | None = None) -> int:
                         finally:
                             procs.REPO = repo
                     url = spoke.url if spoke else bare_link.url
+                    relay_pid = None
+                    if side.name == RELAY and relay is not None:
+                        url, relay_pid = f"{relay.url}/relay", relay.pid
                     try:
-                        before = sample(hub.pid, spoke.pid if spoke else None)
+                        before = sample(hub.pid, spoke.pid if spoke else None, relay_pid)
                         nbytes, seconds, errors, _ = asyncio.run(
                             fetch_many(f"{url}/objects", jobs, args.readers, 300))
-                        after = sample(hub.pid, spoke.pid if spoke else None)
+                        after = sample(hub.pid, spoke.pid if spoke else None, relay_pid)
                         fetches = _stats(spoke.url).get("hub_fetches", 0) if spoke else 0
                     finally:
                         if spoke is not None:

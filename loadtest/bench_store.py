@@ -4,8 +4,9 @@ One run on 127.0.0.1 against ``rclone serve s3`` over a temporary directory:
 
 - cold 4 MiB ranged reads through the hub (``s3://`` root) against the same client
   (aiohttp, as a spoke's chunk fills) reading the store directly by a presigned URL, at
-  the same concurrency, interleaved round by round; botocore's reads of the store
-  beside them, for reference;
+  the same concurrency, interleaved round by round; beside them, for reference,
+  botocore's reads of the store and (where nginx is installed) the same client's reads
+  through nginx as a plain relay to the store, no cache: what the least relay costs;
 - the first manifest of a large object (the digest pass: one streamed GET, hashed
   chunk by chunk) against the store's own sequential read of it;
 - the hub's peak RSS while it hashes a small and the large object: bounded, not
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import tempfile
 import threading
@@ -35,6 +37,7 @@ from yarl import URL
 
 from hub.store.s3 import make_client
 from loadtest.meter import cpu_seconds
+from loadtest.nginx import Nginx, nginx_binary, start_nginx
 from loadtest.procs import Process, start_process
 from loadtest.s3_stores import S3Store, start_rclone_s3
 
@@ -171,7 +174,8 @@ async def listing_with_peak_rss(
 
 
 async def run(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp, \
+            contextlib.ExitStack() as stack:
         bucket = os.path.join(tmp, "store", BUCKET)
         os.makedirs(bucket)
         sizes = {SMALL: args.small_mib, LARGE: args.large_mib, READS: args.reads_mib}
@@ -204,15 +208,25 @@ async def run(args: argparse.Namespace) -> None:
                 "get_object", Params={"Bucket": BUCKET, "Key": READS}, ExpiresIn=3600),
                 encoded=True)  # as signed: not quoted again
             store_etag = client.head_object(Bucket=BUCKET, Key=READS)["ETag"]
+            relay: Nginx | None = None
+            if nginx_binary() is not None:
+                store_at = (store_url.host or "", store_url.port or 0)
+                relay = stack.enter_context(start_nginx(store_at))
+            relay_url = URL(f"{relay.url}/relay{store_url.raw_path_qs}", encoded=True) \
+                if relay else None
             async with aiohttp.ClientSession() as http:
                 # Connections, every side.
                 await http_reads(http, hub_url, etag, offsets[:4], 2)
                 await http_reads(http, store_url, store_etag, offsets[:4], 2, STORE_STATUSES)
                 direct_reads(client, offsets[:4], 2)
+                if relay_url is not None:
+                    await http_reads(http, relay_url, store_etag, offsets[:4], 2, STORE_STATUSES)
                 gb = len(offsets) * 4 * MIB / 1e9
-                hub_cpu = store_cpu_hub = store_cpu_direct = 0.0
+                hub_cpu = store_cpu_hub = store_cpu_direct = relay_cpu = store_cpu_relay = 0.0
+                relay_pids = [relay.pid, *(child.pid for child in psutil.Process(
+                    relay.pid).children())] if relay else []
                 for c in args.concurrency:
-                    via_hub, direct, botocore_direct = [], [], []
+                    via_hub, direct, via_relay, botocore_direct = [], [], [], []
                     for _ in range(args.rounds):
                         hub0, store0 = cpu_seconds([hub.pid]), cpu_seconds([store.process.pid])
                         via_hub.append(await http_reads(http, hub_url, etag, offsets, c))
@@ -223,6 +237,13 @@ async def run(args: argparse.Namespace) -> None:
                                                        STORE_STATUSES))
                         store_cpu_direct += cpu_seconds([store.process.pid]) - store1
                         botocore_direct.append(direct_reads(client, offsets, c))
+                        if relay_url is not None:
+                            relay0 = cpu_seconds(relay_pids)
+                            store0 = cpu_seconds([store.process.pid])
+                            via_relay.append(await http_reads(
+                                http, relay_url, store_etag, offsets, c, STORE_STATUSES))
+                            relay_cpu += cpu_seconds(relay_pids) - relay0
+                            store_cpu_relay += cpu_seconds([store.process.pid]) - store0
                     rows.append((f"cold 4 MiB ranged reads ×{c} (MB/s, median of "
                                  f"{args.rounds}; ratio: median of the rounds')",
                                  f"{median_high(via_hub):.0f}", f"{median_high(direct):.0f}",
@@ -230,10 +251,19 @@ async def run(args: argparse.Namespace) -> None:
                     rows.append((f"… the store direct through botocore ×{c}", "-",
                                  f"{median_high(botocore_direct):.0f}",
                                  f"{round_ratio(via_hub, botocore_direct):.2f}"))
+                    if via_relay:
+                        rows.append((f"… the store through nginx, a plain relay ×{c} "
+                                     "(its own ratio to direct)", f"{median_high(via_relay):.0f}",
+                                     f"{median_high(direct):.0f}",
+                                     f"{round_ratio(via_relay, direct):.2f}"))
                 runs = len(args.concurrency) * args.rounds
                 rows.append(("CPU s per GB of ranged reads: hub / the store",
                              f"{hub_cpu / runs / gb:.2f} / {store_cpu_hub / runs / gb:.2f}",
                              f"- / {store_cpu_direct / runs / gb:.2f}", "-"))
+                if relay_pids:
+                    rows.append(("… through nginx, a plain relay: nginx / the store",
+                                 f"{relay_cpu / runs / gb:.2f} / {store_cpu_relay / runs / gb:.2f}",
+                                 "-", "-"))
                 _, small_rss = await manifest_with_peak_rss(http, hub, SMALL)
                 large_s, large_rss = await manifest_with_peak_rss(http, hub, LARGE)
                 seq_s = sequential_read_s(client, LARGE)

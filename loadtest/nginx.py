@@ -3,6 +3,7 @@
     with start_nginx(upstream=("127.0.0.1", 8123), file_root="/data") as nginx:
         nginx.url + "/objects/PATH"   # slice cache in front of ``upstream``
         nginx.url + "/file/PATH"      # the same bytes served from ``file_root`` directly
+        nginx.url + "/relay/PATH"     # ``upstream``'s answer passed on, no cache
         nginx.restart_empty()         # stop, wipe the cache directory, start again
 
 It is configured as a competent operator would run a range cache in front of an
@@ -152,6 +153,22 @@ http {{
             add_header X-Cache $upstream_cache_status always;
         }}
 {file_location}
+        # A plain relay to the upstream, no cache, bytes passed on as they arrive:
+        # the least any cache in front of it can add, the floor a cache's ratio to
+        # the upstream is read against. The Host is the upstream's (a presigned
+        # store URL signs it).
+        location /relay/ {{
+            rewrite ^/relay(/.*)$ $1 break;
+            proxy_pass http://hub;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host {host}:{up_port};
+            proxy_buffering off;
+            proxy_buffer_size 256k;
+            proxy_buffers 4 256k;
+            proxy_read_timeout 30s;
+        }}
+
         location = /healthz {{
             return 200 "ok\\n";
         }}

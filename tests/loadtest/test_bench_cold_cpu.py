@@ -49,3 +49,16 @@ def test_a_side_names_a_checkout_and_its_flags() -> None:
     assert (side.name, side.tree, side.flags) == ("ra8", "/tmp/tree", ("--readahead", "8"))
     with pytest.raises(Exception, match="NAME=TREE"):
         parse_side("no-tree")
+
+
+def test_a_relay_side_puts_nginx_in_the_spokes_place(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--rounds", "1", "--readers", "2", "--shards", "2", "--shard-mib", "8",
+                 "--relay"]) == 0
+    rows = [row.strip("| ").split(" | ") for row in capsys.readouterr().out.strip()
+            .splitlines()[4:]]
+    assert [row[0] for row in rows] == ["bare link", "spoke", "nginx relay"]
+    relay = rows[2]
+    client, hub, link, nginx, loop = (float(v) for v in relay[5:10])
+    # Every byte went through it (the tool stops on a short read), costing nginx CPU, no
+    # spoke's loop, and no chunk was fetched: nothing was cached.
+    assert float(relay[2]) > 0 and nginx > 0 and loop == 0 and relay[-1] == "0"

@@ -28,6 +28,14 @@ def test_a_small_run_measures_every_row(tmp_path_factory: pytest.TempPathFactory
         assert hub > 0 and direct > 0
         assert ratio == pytest.approx(hub / direct, rel=0.05)  # the figures are rounded
         assert any(name.startswith(f"… the store direct through botocore ×{c}") for name in names)
+        relayed = next(row for row in rows
+                       if row[0].startswith(f"| … the store through nginx, a plain relay ×{c}"))
+        assert float(relayed[1]) > 0 and relayed[2] == ranged[2]  # beside the same direct
+        assert float(relayed[3].rstrip(" |")) == pytest.approx(
+            float(relayed[1]) / direct, rel=0.05)
+    relay_cpu = next(row for row in rows if row[0].startswith("| … through nginx"))
+    nginx_s, store_s = (float(v) for v in relay_cpu[1].split(" / "))
+    assert nginx_s > 0 and store_s > 0
     assert any(name.startswith("first manifest of 4 MiB") for name in names)
     assert any(name.startswith("list 20 keys") for name in names)
     assert any(name.startswith("hub peak RSS hashing 1 MiB / 4 MiB") for name in names)
