@@ -22,6 +22,10 @@ carry over to a loaded machine where GB/s do not.
 ``--relay`` adds a side where nginx stands in the spoke's place as a plain relay to the
 same link (no cache, no disk, bytes passed on as they arrive; its processes in the
 spoke's columns): what one more hop costs on these cores before a cache does anything.
+
+The disk columns are the device under the caches' directory during the side's reads:
+MB/s written and read, and how much of the time it had a request in flight. A cache
+that stores all it serves cannot stream faster than that device writes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -44,7 +49,7 @@ import loadtest.procs as procs
 from loadtest.bench import fetch_many
 from loadtest.dataset import generate
 from loadtest.lab import Lab
-from loadtest.meter import cpu_seconds, process_tree, self_cpu
+from loadtest.meter import DiskUse, cpu_seconds, disk_of, disk_use, process_tree, self_cpu
 from loadtest.nginx import nginx_binary, start_nginx
 
 MiB = 1 << 20
@@ -63,6 +68,8 @@ class Side:
     ratios: list[float] = field(default_factory=list)
     cpu: list[dict[str, float]] = field(default_factory=list)  # CPU-s per GB, by part
     hub_fetches: list[int] = field(default_factory=list)
+    # Per round: the disk's MB/s written, MB/s read, and fraction of the time busy.
+    disk: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 def parse_side(text: str) -> Side:
@@ -99,6 +106,11 @@ def sample(hub_pid: int, spoke_pid: int | None, relay_pid: int | None = None
 
 def per_gb(before: dict[str, float], after: dict[str, float], nbytes: int) -> dict[str, float]:
     return {k: (after[k] - before[k]) / (nbytes / 1e9) for k in PARTS}
+
+
+def disk_rates(used: DiskUse, seconds: float) -> tuple[float, float, float]:
+    return (used.write_bytes / seconds / 1e6, used.read_bytes / seconds / 1e6,
+            used.busy_ms / 1000 / seconds)
 
 
 def total(cpu: dict[str, float]) -> float:
@@ -161,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                             procs.REPO = repo
                     url = spoke.url if spoke else bare_link.url
                     relay_pid = None
+                    disk = disk_of(work)
+                    disk0, t0 = (disk_use(disk) if disk else None), time.monotonic()
                     if side.name == RELAY and relay is not None:
                         url, relay_pid = f"{relay.url}/relay", relay.pid
                     try:
@@ -168,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                         nbytes, seconds, errors, _ = asyncio.run(
                             fetch_many(f"{url}/objects", jobs, args.readers, 300))
                         after = sample(hub.pid, spoke.pid if spoke else None, relay_pid)
+                        if disk and disk0:
+                            side.disk.append(disk_rates(disk_use(disk) - disk0,
+                                                        time.monotonic() - t0))
                         fetches = _stats(spoke.url).get("hub_fetches", 0) if spoke else 0
                     finally:
                         if spoke is not None:
@@ -197,8 +214,9 @@ def render(bare: Side, sides: list[Side], args: argparse.Namespace, loadavg: str
              f"interleaved (load average after: {loadavg}). CPU seconds per GB delivered, "
              "medians.", "",
              "| side | flags | ÷ bare link | each round | GB/s | client | hub | link | spoke "
-             "| spoke's loop | total | hub fetches |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| spoke's loop | total | disk write MB/s | disk read MB/s | disk busy "
+             "| hub fetches |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for side in [bare, *sides]:
         cpu = {k: med(c[k] for c in side.cpu) for k in PARTS}
         ratio = f"{med(side.ratios):.2f}" if side.ratios else "1"
@@ -206,8 +224,16 @@ def render(bare: Side, sides: list[Side], args: argparse.Namespace, loadavg: str
         lines.append(
             f"| {side.name} | `{' '.join(side.flags) or '(none)'}` | {ratio} | {each} | "
             f"{med(side.gb_s):.3f} | " + " | ".join(f"{cpu[k]:.2f}" for k in PARTS)
-            + f" | {total(cpu):.2f} | {med(side.hub_fetches):.0f} |")
+            + f" | {total(cpu):.2f} | " + _disk_cells(side.disk)
+            + f" | {med(side.hub_fetches):.0f} |")
     return "\n".join(lines)
+
+
+def _disk_cells(rounds: list[tuple[float, float, float]]) -> str:
+    if not rounds:
+        return "- | - | -"
+    write, read, busy = (statistics.median(r[i] for r in rounds) for i in range(3))
+    return f"{write:.0f} | {read:.0f} | {busy:.0%}"
 
 
 def _stats(url: str) -> dict[str, int]:

@@ -79,6 +79,36 @@ def machine_busy_seconds() -> float:
     return busy
 
 
+@dataclass(frozen=True)
+class DiskUse:
+    """A block device's counters since boot: bytes read and written, and milliseconds
+    it had a request in flight (``io_ticks``: 1,000 a second is a device always busy)."""
+
+    read_bytes: int
+    write_bytes: int
+    busy_ms: int
+
+    def __sub__(self, before: DiskUse) -> DiskUse:
+        return DiskUse(self.read_bytes - before.read_bytes,
+                       self.write_bytes - before.write_bytes, self.busy_ms - before.busy_ms)
+
+
+def disk_of(path: str) -> str | None:
+    """The block device ``path`` lives on (``vda``, ``nvme0n1p2``), or None where there
+    is none to read (tmpfs, overlay, a network filesystem)."""
+    dev = os.stat(path).st_dev
+    link = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    if not os.path.exists(link):
+        return None
+    name = os.path.basename(os.path.realpath(link))
+    return name if name in psutil.disk_io_counters(perdisk=True) else None
+
+
+def disk_use(name: str) -> DiskUse:
+    counters = psutil.disk_io_counters(perdisk=True)[name]
+    return DiskUse(counters.read_bytes, counters.write_bytes, counters.busy_time)
+
+
 def self_cpu() -> float:
     """CPU seconds of this process alone (children excluded)."""
     r = resource.getrusage(resource.RUSAGE_SELF)

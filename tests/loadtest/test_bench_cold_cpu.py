@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 from loadtest.bench_cold_cpu import main, parse_side
+from loadtest.meter import disk_of
 
 SHARD_MIB = 32
 # The kernel counts CPU time in ticks of 10 ms, and the loop thread is read just after
@@ -29,6 +32,11 @@ def test_the_cold_stream_cell_reports_each_part_of_the_path(
         assert float(row[2]) > 0 and spoke > 0 and 0 < loop <= spoke + TICKS_SLACK_PER_GB
         assert total == pytest.approx(client + hub + link + spoke, abs=0.02)
         assert row[-1] == str(2 * SHARD_MIB // 4)  # in 4 MiB chunks, each fetched once
+        write_mb_s, busy = row[11], row[13]
+        if disk_of(tempfile.gettempdir()) is None:
+            assert (write_mb_s, busy) == ("-", "-")
+        else:  # a spoke stores every chunk it fetched: its device was written
+            assert float(write_mb_s) > 0 and busy.endswith("%")
 
 
 def test_the_cold_random_cell_reads_every_range_once(
@@ -58,7 +66,7 @@ def test_a_relay_side_puts_nginx_in_the_spokes_place(capsys: pytest.CaptureFixtu
             .splitlines()[4:]]
     assert [row[0] for row in rows] == ["bare link", "spoke", "nginx relay"]
     relay = rows[2]
-    client, hub, link, nginx, loop = (float(v) for v in relay[5:10])
+    nginx, loop = float(relay[8]), float(relay[9])
     # Every byte went through it (the tool stops on a short read), costing nginx CPU, no
     # spoke's loop, and no chunk was fetched: nothing was cached.
     assert float(relay[2]) > 0 and nginx > 0 and loop == 0 and relay[-1] == "0"

@@ -6,10 +6,20 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from loadtest.meter import cpu_seconds, memory, open_fds, open_sockets, process_tree, rss_bytes
+from loadtest.meter import (
+    cpu_seconds,
+    disk_of,
+    disk_use,
+    memory,
+    open_fds,
+    open_sockets,
+    process_tree,
+    rss_bytes,
+)
 
 # A child that holds memory, a listening socket and a socket pair, forks one grandchild,
 # burns a bounded bit of CPU, says so and then sleeps: its figures stay still while read.
@@ -72,3 +82,20 @@ def test_fds_and_sockets_match_the_fd_table(child: subprocess.Popen[str]) -> Non
     assert open_fds(child.pid) == len(links)
     sockets = sum(link.startswith("socket:") for link in links)
     assert sockets == 3 and open_sockets(child.pid) == sockets
+
+
+def test_a_synced_write_shows_on_the_disk_it_went_to(tmp_path: Path) -> None:
+    disk = disk_of(str(tmp_path))
+    if disk is None:
+        pytest.skip("the temporary directory is on no block device here (tmpfs)")
+    before = disk_use(disk)
+    with open(tmp_path / "written", "wb") as f:
+        f.write(os.urandom(8 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+    used = disk_use(disk) - before
+    assert used.write_bytes >= 8 << 20 and used.busy_ms >= 0
+
+
+def test_a_filesystem_without_a_device_has_no_disk() -> None:
+    assert disk_of("/proc") is None
