@@ -2,7 +2,7 @@
 
     python -m loadtest.bench_cold_cpu [--rounds 4] [--readers 4] [--shards 8]
         [--shard-mib 128] [--pattern stream|random] [--side NAME=TREE[:FLAG,FLAG...]] ...
-        [--relay]
+        [--relay] [--cache-root DIR]
 
 ``--readers`` loaders GET whole shards (``--pattern random``: every 4 MiB range of the
 shards once, in random order, as the bench's cold random cell does with 16 readers)
@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", action="append", type=parse_side, default=[],
                         help="NAME=TREE[:FLAGS]: a spoke from checkout TREE with FLAGS "
                              "(comma-separated); default: this checkout, no flags")
+    parser.add_argument("--cache-root", default=None,
+                        help="where the spokes' caches go (default: the run's temporary "
+                             "directory); /dev/shm takes the disk out of the path")
     parser.add_argument("--relay", action="store_true",
                         help="a side through nginx as a plain relay (no cache) instead of a "
                              "spoke")
@@ -163,17 +166,22 @@ def main(argv: list[str] | None = None) -> int:
                 order = [bare, *sides] if rnd % 2 == 0 else [*reversed(sides), bare]
                 for side in order:
                     spoke = None
-                    cache = os.path.join(work, f"cache-{rnd}-{side.name}")
+                    cache = ""
                     if side.name not in (BARE, RELAY):
+                        cache = tempfile.mkdtemp(prefix=f"cache-{rnd}-",
+                                                 dir=args.cache_root or work)
                         procs.REPO = side.tree  # its code, not this checkout's
                         try:
                             spoke = lab.spoke(spoke_link.url, cache, "--capacity",
                                               str(2 * size), *side.flags)
+                        except BaseException:
+                            shutil.rmtree(cache, ignore_errors=True)
+                            raise
                         finally:
                             procs.REPO = repo
                     url = spoke.url if spoke else bare_link.url
                     relay_pid = None
-                    disk = disk_of(work)
+                    disk = disk_of(args.cache_root or work)
                     disk0, t0 = (disk_use(disk) if disk else None), time.monotonic()
                     if side.name == RELAY and relay is not None:
                         url, relay_pid = f"{relay.url}/relay", relay.pid

@@ -33,9 +33,9 @@ def test_a_small_run_measures_every_row(tmp_path_factory: pytest.TempPathFactory
         assert float(relayed[1]) > 0 and relayed[2] == ranged[2]  # beside the same direct
         assert float(relayed[3].rstrip(" |")) == pytest.approx(
             float(relayed[1]) / direct, rel=0.05)
+    # CPU per GB for nginx and the store beside it (a few 10 ms ticks here: may read 0).
     relay_cpu = next(row for row in rows if row[0].startswith("| … through nginx"))
-    nginx_s, store_s = (float(v) for v in relay_cpu[1].split(" / "))
-    assert nginx_s > 0 and store_s > 0
+    assert all(float(v) >= 0 for v in relay_cpu[1].split(" / "))
     assert any(name.startswith("first manifest of 4 MiB") for name in names)
     assert any(name.startswith("list 20 keys") for name in names)
     assert any(name.startswith("hub peak RSS hashing 1 MiB / 4 MiB") for name in names)
