@@ -91,14 +91,15 @@ def loop_thread_cpu(pid: int) -> float:
     return 0.0
 
 
-def sample(hub_pid: int, spoke_pid: int | None, relay_pid: int | None = None
-           ) -> dict[str, float]:
-    """CPU seconds so far, by part of the path (a relay in the spoke's columns)."""
+def sample(hub_pid: int, spoke_pid: int | None, relay_pid: int | None = None,
+           relaying: bool = False) -> dict[str, float]:
+    """CPU seconds so far, by part of the path: the relay's (never the link's) in the
+    spoke's columns when it is the one ``relaying``."""
     ours = {hub_pid, spoke_pid, relay_pid, os.getpid()}
     link = [p for child in psutil.Process().children() if child.pid not in ours
             for p in process_tree(child.pid)]
     spoke = process_tree(spoke_pid) if spoke_pid else []
-    relay = process_tree(relay_pid) if relay_pid else []
+    relay = process_tree(relay_pid) if relay_pid and relaying else []
     return {"client": self_cpu(), "hub": cpu_seconds(process_tree(hub_pid)),
             "link": cpu_seconds(link), "spoke": cpu_seconds(spoke + relay),
             "loop": loop_thread_cpu(spoke_pid) if spoke_pid else 0.0}
@@ -180,16 +181,19 @@ def main(argv: list[str] | None = None) -> int:
                         finally:
                             procs.REPO = repo
                     url = spoke.url if spoke else bare_link.url
-                    relay_pid = None
+                    relay_pid = relay.pid if relay is not None else None
+                    relaying = side.name == RELAY and relay is not None
+                    if relaying:
+                        url = f"{relay.url}/relay"
                     disk = disk_of(args.cache_root or work)
                     disk0, t0 = (disk_use(disk) if disk else None), time.monotonic()
-                    if side.name == RELAY and relay is not None:
-                        url, relay_pid = f"{relay.url}/relay", relay.pid
                     try:
-                        before = sample(hub.pid, spoke.pid if spoke else None, relay_pid)
+                        before = sample(hub.pid, spoke.pid if spoke else None, relay_pid,
+                                        relaying)
                         nbytes, seconds, errors, _ = asyncio.run(
                             fetch_many(f"{url}/objects", jobs, args.readers, 300))
-                        after = sample(hub.pid, spoke.pid if spoke else None, relay_pid)
+                        after = sample(hub.pid, spoke.pid if spoke else None, relay_pid,
+                                       relaying)
                         if disk and disk0:
                             side.disk.append(disk_rates(disk_use(disk) - disk0,
                                                         time.monotonic() - t0))

@@ -239,11 +239,11 @@ async def run(args: argparse.Namespace) -> None:
                         botocore_direct.append(direct_reads(client, offsets, c))
                         if relay_url is not None:
                             relay0 = cpu_seconds(relay_pids)
-                            store0 = cpu_seconds([store.process.pid])
+                            store2 = cpu_seconds([store.process.pid])
                             via_relay.append(await http_reads(
                                 http, relay_url, store_etag, offsets, c, STORE_STATUSES))
                             relay_cpu += cpu_seconds(relay_pids) - relay0
-                            store_cpu_relay += cpu_seconds([store.process.pid]) - store0
+                            store_cpu_relay += cpu_seconds([store.process.pid]) - store2
                     rows.append((f"cold 4 MiB ranged reads ×{c} (MB/s, median of "
                                  f"{args.rounds}; ratio: median of the rounds')",
                                  f"{median_high(via_hub):.0f}", f"{median_high(direct):.0f}",

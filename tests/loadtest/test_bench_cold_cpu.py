@@ -62,7 +62,8 @@ def test_a_side_names_a_checkout_and_its_flags() -> None:
 
 
 def test_a_relay_side_puts_nginx_in_the_spokes_place(capsys: pytest.CaptureFixture[str]) -> None:
-    # 256 MiB: nginx's ~0.1 s of CPU is ten of the kernel's 10 ms ticks, never none.
+    # 256 MiB: nginx's ~0.1 s of CPU is about ten of the kernel's 10 ms ticks (it is charged
+    # by the tick), so none at all would mean the bytes did not go through it.
     assert main(["--rounds", "1", "--readers", "2", "--shards", "4", "--shard-mib", "64",
                  "--relay"]) == 0
     rows = [row.strip("| ").split(" | ") for row in capsys.readouterr().out.strip()
@@ -73,7 +74,6 @@ def test_a_relay_side_puts_nginx_in_the_spokes_place(capsys: pytest.CaptureFixtu
     # Every byte went through it (the tool stops on a short read), costing nginx CPU, no
     # spoke's loop, and no chunk was fetched: nothing was cached.
     assert float(relay[2]) > 0 and nginx > 0 and loop == 0 and relay[-1] == "0"
-
 
 
 def test_the_caches_go_where_asked_and_are_removed(capsys: pytest.CaptureFixture[str]) -> None:
