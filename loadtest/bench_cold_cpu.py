@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             bare_link = lab.link(hub.url, latency_ms=args.latency_ms, name="cold-cpu-bare")
             relay = lab.enter(start_nginx((spoke_link.host, spoke_link.port))) \
                 if args.relay else None
+            disk = disk_of(args.cache_root or work)  # under the caches, for every round
             for rnd in range(args.rounds):
                 order = [bare, *sides] if rnd % 2 == 0 else [*reversed(sides), bare]
                 for side in order:
@@ -185,7 +186,6 @@ def main(argv: list[str] | None = None) -> int:
                     relaying = side.name == RELAY and relay is not None
                     if relaying:
                         url = f"{relay.url}/relay"
-                    disk = disk_of(args.cache_root or work)
                     disk0, t0 = (disk_use(disk) if disk else None), time.monotonic()
                     try:
                         before = sample(hub.pid, spoke.pid if spoke else None, relay_pid,

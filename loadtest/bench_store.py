@@ -36,7 +36,7 @@ import psutil
 from yarl import URL
 
 from hub.store.s3 import make_client
-from loadtest.meter import cpu_seconds
+from loadtest.meter import cpu_seconds, process_tree
 from loadtest.nginx import Nginx, nginx_binary, start_nginx
 from loadtest.procs import Process, start_process
 from loadtest.s3_stores import S3Store, start_rclone_s3
@@ -223,8 +223,7 @@ async def run(args: argparse.Namespace) -> None:
                     await http_reads(http, relay_url, store_etag, offsets[:4], 2, STORE_STATUSES)
                 gb = len(offsets) * 4 * MIB / 1e9
                 hub_cpu = store_cpu_hub = store_cpu_direct = relay_cpu = store_cpu_relay = 0.0
-                relay_pids = [relay.pid, *(child.pid for child in psutil.Process(
-                    relay.pid).children())] if relay else []
+                relay_pids = process_tree(relay.pid) if relay else []
                 for c in args.concurrency:
                     via_hub, direct, via_relay, botocore_direct = [], [], [], []
                     for _ in range(args.rounds):
