@@ -1,10 +1,12 @@
-"""Send a range of an object store's answer to a client from one thread.
+"""Send a range of an object store's answer to a client: from the event loop
+(:func:`relay_in_loop`, a spoke's fill from a plain-HTTP store) or from one thread
+(:func:`relay_blocking`, every other read of a store).
 
-The hub's reads of a store are GETs it must pass on whole: from the thread that sends
-them, the bytes go from the store's socket to the client's with ``splice`` (through a
-pipe, inside the kernel: no copy through Python, no buffer), or, where the GET's socket
-cannot be spliced (TLS), through one reused buffer (``readinto``). Either way one
-thread hop per range, not two per block.
+The hub's reads of a store are GETs it must pass on whole: the bytes go from the
+store's socket to the client's with ``splice`` (through a pipe, inside the kernel: no
+copy through Python, no buffer), or, where the GET's socket cannot be spliced (TLS),
+through one reused buffer (``readinto``). From a thread it is one hop per range, not
+two per block; from the loop, none: the loop waits on both sockets as on any other.
 
 Every byte sent is one the store gave for the version the GET was pinned to (its ETag
 and Content-Range were checked when it was answered). A body the store cuts short cuts
@@ -13,6 +15,7 @@ the answer (:class:`StoreCut`): fewer bytes, never other ones.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import functools
@@ -120,10 +123,8 @@ def _relay(sender: _Sender, body: StoreBody, offset: int, count: int) -> None:
 def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -> None:
     store_poll = select.poll()
     store_poll.register(store_fd, select.POLLIN)
-    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    read_end, write_end = _pipe()
     try:
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
         left = count
         while left:
             try:
@@ -141,6 +142,136 @@ def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def _pipe() -> tuple[int, int]:
+    read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
+    return read_end, write_end
+
+
+async def relay_in_loop(
+    sock_fd: int, store_fd: int, ahead: bytes, count: int, head: bytes,
+    store_timeout_s: float | None,
+) -> int:
+    """Send ``head``, then the ``count`` bytes of a store's body: ``ahead`` (read off
+    ``store_fd`` with the store's head), then the rest spliced off ``store_fd``;
+    returns how many of the body's went. The loop waits on both (non-blocking) sockets.
+
+    As :func:`relay_blocking`: ``head`` leaves with the body's first bytes, so a store
+    failing before them raises :class:`NotSent` with nothing sent, after them
+    :class:`StoreCut`; the client's side fails with ``ConnectionResetError``, as does a
+    client making no progress for :data:`STALL_S`. Neither descriptor is closed here.
+    """
+    loop = asyncio.get_running_loop()
+    sender = _LoopSender(loop, sock_fd, head)
+    read_end, write_end = _pipe()
+    try:
+        if ahead:
+            await sender.write(ahead)
+        left = count - len(ahead)
+        while left:
+            try:
+                n = os.splice(store_fd, write_end, left, flags=_SPLICE)
+            except BlockingIOError:
+                try:
+                    await readiness(loop, store_fd, timeout_s=store_timeout_s)
+                except TimeoutError:
+                    raise StoreCut("the store stopped sending the body") from None
+                continue
+            except OSError as exc:
+                raise StoreCut(f"the store cut the body: {exc}") from None
+            if n == 0:
+                raise StoreCut(f"the store's body ended {left} bytes short")
+            left -= n
+            await sender.splice_from(read_end, n)
+        return sender.body_sent
+    except StoreCut as exc:
+        if not sender.sent:
+            raise NotSent(str(exc)) from exc
+        exc.sent = sender.body_sent
+        raise
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+async def readiness(
+    loop: asyncio.AbstractEventLoop, fd: int, write: bool = False,
+    timeout_s: float | None = None,
+) -> None:
+    """Once ``fd`` is readable (or writable); TimeoutError after ``timeout_s``. The loop
+    stops watching ``fd`` before this returns or raises, so the caller may close it."""
+    ready: asyncio.Future[None] = loop.create_future()
+    if write:
+        loop.add_writer(fd, _set_ready, ready)
+    else:
+        loop.add_reader(fd, _set_ready, ready)
+    try:
+        if timeout_s is None:
+            await ready
+        else:
+            async with asyncio.timeout(timeout_s):
+                await ready
+    finally:
+        if write:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
+
+
+def _set_ready(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+class _LoopSender:
+    """:class:`_Sender`'s counterpart in the loop: writes to the client's non-blocking
+    socket, awaiting room in it; ``head`` first, with the body's first bytes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock_fd: int, head: bytes) -> None:
+        self.loop = loop
+        self.sock_fd = sock_fd
+        self.sent = 0
+        self.head = head
+        self.head_bytes = len(head)
+
+    @property
+    def body_sent(self) -> int:
+        return max(0, self.sent - self.head_bytes)
+
+    async def write(self, data: bytes) -> None:
+        head, self.head = self.head, b""
+        block = memoryview(head + data if head else data)  # one segment, head and bytes
+        done = 0
+        while done < len(block):
+            done += await self._move(functools.partial(os.write, self.sock_fd, block[done:]))
+
+    async def splice_from(self, pipe_fd: int, count: int) -> None:
+        """Move ``count`` bytes waiting in ``pipe_fd`` to the client."""
+        if self.head:
+            await self.write(b"")
+        done = 0
+        while done < count:
+            done += await self._move(
+                functools.partial(os.splice, pipe_fd, self.sock_fd, count - done, flags=_SPLICE))
+
+    async def _move(self, attempt: Callable[[], int]) -> int:
+        while True:
+            try:
+                n = attempt()  # os.write on a socket is send
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                raise ConnectionResetError(f"client went away: {exc}") from None
+            if n:
+                self.sent += n
+                return n
+            try:
+                await readiness(self.loop, self.sock_fd, write=True, timeout_s=STALL_S)
+            except TimeoutError:
+                raise ConnectionResetError("client stopped reading") from None
 
 
 class _Sender:

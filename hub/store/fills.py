@@ -3,9 +3,12 @@
 The hot path of a hub over a store is one request: ``GET /objects/{path}`` of one
 ``bytes=a-b`` range with ``If-Match`` naming the version. Through aiohttp it costs its
 request machinery and three trips from the loop to a thread and back (the store's GET,
-the relay, the close), each a wait for a core on a busy machine. Here it is one trip:
-one store thread sends the presigned GET, plans the answer from the store's (as the aiohttp
-handler plans it), and sends the head and the body by :func:`hub.relay.relay_blocking`.
+the relay, the close), each a wait for a core on a busy machine. Here, from a store
+over plain HTTP, it takes no trip at all: the loop sends the presigned GET on a
+connection of its own, plans the answer from the store's (as the aiohttp handler plans
+it) and splices the body from the store's socket to the client's
+(:func:`hub.relay.relay_in_loop`). From any other store (TLS, a proxy: botocore's
+connections) it is one trip: one store thread does the same (:func:`fill_blocking`).
 
 The rules are the handler's: the store's answer must be the range of the version asked
 for (ETag and Content-Range checked, If-Match sent), and the head goes only with the
@@ -22,6 +25,7 @@ path; a connection that carries anything else goes to aiohttp for good (service.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -41,7 +45,7 @@ from hub.fast import (
     representation_of,
     thread_answer,
 )
-from hub.relay import NotSent, StoreCut, relay_blocking
+from hub.relay import NotSent, StoreCut, relay_blocking, relay_in_loop
 from hub.stats import HubStats
 from protocol.errors import ProtocolError
 from protocol.http1 import Headers, RequestHead
@@ -49,6 +53,7 @@ from protocol.response import plan_response
 from service.fast import FastConnection, Reply
 
 if TYPE_CHECKING:  # botocore is imported only by a hub that serves a store
+    from hub.store.plain import LoopAnswer, LoopGets
     from hub.store.s3 import S3Object
 
 
@@ -67,6 +72,15 @@ class FillStore(Protocol):
     ) -> S3Object | None: ...
 
     def close_connections(self) -> None: ...
+
+    @property
+    def loop_gets(self) -> LoopGets | None:
+        """The store's connections for GETs from the event loop; None: from a thread."""
+        ...
+
+    async def loop_get(
+        self, path: str, etag: str, range_value: str
+    ) -> tuple[LoopAnswer, ObjectInfo, tuple[int, int]] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +120,53 @@ class FastStoreFills(FastFront):
             return None
         fill = Fill(path, fields.get("if-match"), fields["range"], fields,
                     conn.head_end(head.keep_alive))
-        return self._finish(self._fill(fill, sock_fd, conn), conn)
+        answer = self._fill if self.backend.loop_gets is None else self._fill_in_loop
+        return self._finish(answer(fill, sock_fd, conn), conn)
+
+    async def _fill_in_loop(self, fill: Fill, sock_fd: int, conn: FastConnection
+                            ) -> Reply | None:
+        try:
+            sent = await self._relayed(fill, sock_fd)
+        except StoreCut as exc:
+            conn.abort()  # the head went: cut the answer, never pad it
+            sent = exc.sent
+        finally:
+            os.close(sock_fd)
+        if sent is None:
+            return None  # nothing sent: aiohttp answers it
+        self.stats.requests += 1
+        self.stats.bytes_sent += sent
+        return Reply(206, sent)
+
+    async def _relayed(self, fill: Fill, sock_fd: int) -> int | None:
+        """The body bytes :func:`relay_in_loop` sent; None when nothing was."""
+        backend = self.backend
+        etag = fill.if_match
+        if etag is None:
+            # As fill_blocking: the current version, by a HEAD, pins the GET.
+            try:
+                info = await asyncio.get_running_loop().run_in_executor(
+                    backend.executor, backend.stat, fill.path)
+            except ProtocolError:
+                return None
+            etag = info.etag
+        got = await backend.loop_get(fill.path, etag, fill.range_value)
+        if got is None:
+            return None
+        answer, info, span = got
+        whole = False
+        try:
+            head = fill_head(fill, info, span)
+            if head is None:
+                return None
+            sent = await relay_in_loop(sock_fd, answer.sock.fileno(), answer.ahead,
+                                       span[1] - span[0], head, answer.gets.timeout_s)
+            whole = True
+            return sent
+        except NotSent:
+            return None
+        finally:
+            answer.finish(whole)
 
     async def _fill(self, fill: Fill, sock_fd: int, conn: FastConnection) -> Reply | None:
         stop = threading.Event()
@@ -149,19 +209,10 @@ def fill_blocking(backend: FillStore, fill: Fill, sock_fd: int, stop: threading.
         if obj is None:
             return None
         try:
-            info = obj.info
-            try:
-                plan = plan_response("GET", fill.headers, representation_of(info), "",
-                                     int(time.time()))
-            except ProtocolError:
-                return None  # a 412 (another version), a 416
             span = obj.span
-            if plan.status != 206 or plan.boundary is not None or span is None \
-                    or [(r.start, r.stop) for r in plan.ranges] != [span]:
+            head = None if span is None else fill_head(fill, obj.info, span)
+            if span is None or head is None:
                 return None
-            lines = ["HTTP/1.1 206 Partial Content",
-                     *(f"{name}: {value}" for name, value in head_fields(plan)), fill.head_end]
-            head = "\r\n".join(lines).encode("latin-1")
             owned = False  # the relay closes it
             try:
                 return relay_blocking(sock_fd, obj, span[0], span[1] - span[0], stop, head)
@@ -172,3 +223,19 @@ def fill_blocking(backend: FillStore, fill: Fill, sock_fd: int, stop: threading.
     finally:
         if owned:
             os.close(sock_fd)
+
+
+def fill_head(fill: Fill, info: ObjectInfo, span: tuple[int, int]) -> bytes | None:
+    """The head of the answer to ``fill`` from a store's answer of ``span`` of the
+    version ``info``, planned as the aiohttp handler plans it; None unless that answer
+    is a 206 of that one span (a 412: another version; a 416)."""
+    try:
+        plan = plan_response("GET", fill.headers, representation_of(info), "", int(time.time()))
+    except ProtocolError:
+        return None
+    if plan.status != 206 or plan.boundary is not None \
+            or [(r.start, r.stop) for r in plan.ranges] != [span]:
+        return None
+    lines = ["HTTP/1.1 206 Partial Content",
+             *(f"{name}: {value}" for name, value in head_fields(plan)), fill.head_end]
+    return "\r\n".join(lines).encode("latin-1")

@@ -1,5 +1,6 @@
-"""A chunk fill's presigned GET to a plain-HTTP store, on kept-alive ``http.client``
-connections of its own.
+"""A chunk fill's presigned GET to a plain-HTTP store, on kept-alive connections of the
+hub's own: from the event loop (:class:`LoopGets`, a spoke's fills on the fast path) or
+from a thread on ``http.client``'s (:class:`PlainGets`, the aiohttp handler's reads).
 
 For a store reached over plain HTTP with no proxy (a store next to the hub), botocore's
 send and urllib3's pool cost a fill several times what the request itself does (URL
@@ -20,18 +21,25 @@ http.client's as ever.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from http.client import HTTPConnection, HTTPException, HTTPResponse, RemoteDisconnected
 from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies
 
+from hub.relay import readiness
 from protocol.errors import MalformedResponse
 from protocol.http1 import MAX_RESPONSE_HEAD_BYTES, parse_response_head
 
 # Kept-alive connections at most (as many as the store's threads: STORE_CONNECTIONS).
 MAX_IDLE = 64
+# What one read of an answer's head takes off the socket: the head and, behind it, the
+# body's first bytes, which then leave with the hub's own head.
+HEAD_READ_BYTES = 64 << 10
 
 
 class FieldsByName(Mapping[str, str]):
@@ -135,11 +143,8 @@ class PlainGets:
     @classmethod
     def for_endpoint(cls, endpoint: str, proxies: object, timeout_s: float) -> PlainGets | None:
         """For a plain-HTTP ``endpoint`` reached without a proxy; None otherwise."""
-        parts = urlsplit(endpoint)
-        if parts.scheme != "http" or not parts.hostname or proxies \
-                or getproxies().get("http"):
-            return None
-        return cls(parts.hostname, parts.port or 80, timeout_s)
+        at = plain_endpoint(endpoint, proxies)
+        return None if at is None else cls(*at, timeout_s)
 
     def get(self, url: str, headers: dict[str, str]) -> tuple[int, Any, PlainAnswer] | None:
         """The status, fields and body of a GET of ``url`` (presigned: ``Host`` is the
@@ -186,3 +191,134 @@ class PlainGets:
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+
+
+def plain_endpoint(endpoint: str, proxies: object) -> tuple[str, int] | None:
+    """The host and port of a plain-HTTP ``endpoint`` reached without a proxy; None
+    otherwise (TLS, a proxy: botocore's way, with its verification and its proxies)."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "http" or not parts.hostname or proxies or getproxies().get("http"):
+        return None
+    return parts.hostname, parts.port or 80
+
+
+@dataclass(slots=True)
+class LoopAnswer:
+    """A store's answer head, read in the loop; its body follows on ``sock``."""
+
+    status: int
+    fields: FieldsByName
+    keep_alive: bool
+    content_length: int | None
+    ahead: bytes  # the body's first bytes, read along with the head
+    sock: socket.socket
+    gets: LoopGets
+
+    def finish(self, whole: bool) -> None:
+        """Done with the answer: its connection is kept if the body was moved ``whole``
+        and the store keeps it alive, closed otherwise."""
+        self.gets.done(self, whole)
+
+
+class LoopGets:
+    """GETs of presigned URLs of one plain-HTTP store from the event loop, on
+    non-blocking connections kept alive: no thread between a fill's request and its
+    store's answer. A connection goes back (:meth:`done`) only once its body was moved
+    whole; a GET that fails on a kept connection (the store closed it meanwhile) is
+    sent once more on a new one."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.host, self.port, self.timeout_s = host, port, timeout_s
+        self._idle: list[socket.socket] = []
+
+    @classmethod
+    def for_endpoint(cls, endpoint: str, proxies: object, timeout_s: float) -> LoopGets | None:
+        at = plain_endpoint(endpoint, proxies)
+        return None if at is None else cls(*at, timeout_s)
+
+    async def get(self, url: str, fields: Mapping[str, str]) -> LoopAnswer | None:
+        """The head of a GET of ``url`` (presigned: ``Host`` is the one it was signed
+        for), its body not yet read; None if it could not be sent or answered."""
+        parts = urlsplit(url)
+        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
+        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}",
+                 *(f"{name}: {value}" for name, value in fields.items()), "", ""]
+        request = "\r\n".join(lines).encode("latin-1")
+        for fresh in (False, True):
+            sock = None if fresh or not self._idle else self._idle.pop()
+            try:
+                if sock is None:
+                    sock = await self._connect()
+                return await self._exchange(sock, request)
+            except (OSError, TimeoutError, MalformedResponse):
+                if sock is not None:
+                    sock.close()
+                if fresh:
+                    return None
+            except BaseException:  # cancelled: the client went away
+                if sock is not None:
+                    sock.close()
+                raise
+        return None
+
+    def done(self, answer: LoopAnswer, whole: bool) -> None:
+        """Keep ``answer``'s connection if its body was moved ``whole`` and the store
+        keeps it alive; close it otherwise."""
+        if whole and answer.keep_alive and len(self._idle) < MAX_IDLE:
+            self._idle.append(answer.sock)
+        else:
+            answer.sock.close()
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
+
+    async def _connect(self) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.timeout_s):
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            failure: OSError = OSError(f"no address for {self.host}")
+            for family, kind, proto, _name, address in infos:
+                sock = socket.socket(family, kind, proto)
+                try:
+                    sock.setblocking(False)
+                    await loop.sock_connect(sock, address)
+                except OSError as exc:
+                    sock.close()
+                    failure = exc
+                    continue
+                except BaseException:
+                    sock.close()
+                    raise
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return sock
+            raise failure
+
+    async def _exchange(self, sock: socket.socket, request: bytes) -> LoopAnswer:
+        loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        async with asyncio.timeout(self.timeout_s):
+            sent = 0
+            while sent < len(request):
+                try:
+                    sent += sock.send(request[sent:])
+                except BlockingIOError:
+                    await readiness(loop, fd, write=True)
+            received = bytearray()
+            while (end := received.find(b"\r\n\r\n")) < 0:
+                if len(received) > MAX_RESPONSE_HEAD_BYTES:
+                    raise MalformedResponse(f"an answer head over {MAX_RESPONSE_HEAD_BYTES} bytes")
+                try:
+                    data = sock.recv(HEAD_READ_BYTES)
+                except BlockingIOError:
+                    await readiness(loop, fd)
+                    continue
+                if not data:
+                    raise ConnectionResetError("the store closed the connection without an answer")
+                received += data
+        head = parse_response_head(received[:end])
+        if head.status < 200:
+            raise MalformedResponse(f"an interim answer {head.status} to a GET")
+        return LoopAnswer(head.status, FieldsByName(head.headers), head.keep_alive,
+                          head.content_length, bytes(received[end + 4:]), sock, self)

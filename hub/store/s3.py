@@ -21,6 +21,7 @@ splice off the socket.
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import io
 import logging
@@ -53,7 +54,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from hub.backend import NoSuchObject, ObjectInfo
 from hub.manifests import ObjectChanged
-from hub.store.plain import PlainGets
+from hub.store.plain import LoopAnswer, LoopGets, PlainGets
 from hub.store.url import StoreRoot
 from protocol.conditional import NS, parse_http_date
 from protocol.errors import ProtocolError, no_object
@@ -191,9 +192,12 @@ class S3Backend:
         self._presigned_lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         config = client.meta.config
-        # A store over plain HTTP, no proxy: fills' GETs skip botocore's and urllib3's send.
+        # A store over plain HTTP, no proxy: fills' GETs skip botocore's and urllib3's
+        # send, from a thread or (a spoke's fill on the fast path) from the loop.
         self._plain = PlainGets.for_endpoint(self.endpoint, config.proxies,
                                              float(config.read_timeout))
+        self.loop_gets = LoopGets.for_endpoint(self.endpoint, config.proxies,
+                                               float(config.read_timeout))
 
     @property
     def executor(self) -> ThreadPoolExecutor:
@@ -271,7 +275,7 @@ class S3Backend:
         streaming. Anything else, and any answer but that range (412, 416, 404), goes
         the way of :meth:`open`, whose HEAD lets the hub answer it as for a file.
         """
-        fill = _fill_request(if_match, range_value)
+        fill = fill_request(if_match, range_value)
         if fill is None:
             return self.open(path)
         etag, start = fill
@@ -300,6 +304,8 @@ class S3Backend:
         """Close the store connections kept for fills (the hub is stopping)."""
         if self._plain is not None:
             self._plain.close()
+        if self.loop_gets is not None:
+            self.loop_gets.close()
 
     def open_fill(
         self, path: str, if_match: str | None, range_value: str | None
@@ -307,30 +313,62 @@ class S3Backend:
         """A spoke's chunk fill as one presigned GET, its range already streaming; None
         when the request is not one, or the store's answer is not that range (nothing
         else is asked of the store: :meth:`open_for_request` answers those)."""
-        fill = _fill_request(if_match, range_value)
+        fill = fill_request(if_match, range_value)
         if fill is None:
             return None
         etag, start = fill
         fast = self._presigned_get(path, range_value or "", etag)
         return None if fast is None else self._answered(path, start, *fast)
 
+    async def loop_get(
+        self, path: str, etag: str, range_value: str
+    ) -> tuple[LoopAnswer, ObjectInfo, tuple[int, int]] | None:
+        """A spoke's chunk fill as one presigned GET sent from the event loop: the
+        store's answer (its body still on the socket), the version it is of and the
+        span ``[start, stop)`` it carries; None (the answer closed) unless it is the
+        range asked for, framed by its Content-Length, of a version with a strong ETag
+        (as :meth:`open_fill`). Only a store :attr:`loop_gets` reaches is asked."""
+        fill = fill_request(etag, range_value)
+        if self.loop_gets is None or fill is None:
+            return None
+        etag, start = fill
+        url = self.signed_url(path)
+        if url is None:
+            url = await asyncio.get_running_loop().run_in_executor(
+                self.executor, self._signed_now, path)
+            if url is None:
+                return None
+        answer = await self.loop_gets.get(url, {"Range": range_value, "If-Match": etag})
+        if answer is None:
+            return None
+        answered = answered_range(path, start, answer.status, answer.fields)
+        if answered is None or answer.content_length is None \
+                or len(answer.ahead) > answer.content_length:
+            answer.finish(whole=False)
+            return None
+        info, stop = answered
+        return answer, info, (start, stop)
+
+    def _signed_now(self, path: str) -> str | None:
+        try:
+            return self.presigned_url(path)
+        except (BotoCoreError, ValueError):
+            return None
+
     def _answered(
         self, path: str, start: int, status: int, headers: Mapping[str, Any], body: Any
     ) -> S3Object | None:
         """The object a GET of one range from ``start`` answered, reading its body;
         None (the body closed) unless it is that range, of a version with a strong ETag."""
-        got = parse_content_range(str(headers.get("Content-Range", "")))
-        answer_etag = _strong_etag(headers.get("ETag"))
-        if (status not in (200, 206) or got is None or got.range is None or got.size is None
-                or got.range.start != start or answer_etag is None
-                or _int(headers.get("Content-Length")) != got.range.length):
+        answered = answered_range(path, start, status, headers)
+        if answered is None:
             body.close()
             return None
+        info, stop = answered
         version = headers.get("x-amz-version-id")
-        info = ObjectInfo(path, got.size, answer_etag, _answer_mtime_ns(headers))
         obj = S3Object(self, info, version if isinstance(version, str) and version != "null"
                        else None)
-        obj.adopt(body, start, got.range.stop)
+        obj.adopt(body, start, stop)
         return obj
 
     def _presigned_get(
@@ -348,16 +386,8 @@ class S3Backend:
         session = getattr(getattr(self.client, "_endpoint", None), "http_session", None)
         if session is None:
             return None
-        key = self._key(path)
-        with self._presigned_lock:
-            url = self._presigned.get(key)
         try:
-            if url is None:
-                url = self.client.generate_presigned_url(
-                    "get_object", Params={"Bucket": self.root.bucket, "Key": key},
-                    ExpiresIn=PRESIGNED_EXPIRES_S)
-                with self._presigned_lock:
-                    self._presigned[key] = url
+            url = self.presigned_url(path)
             fields = {"Range": range_value, "If-Match": etag}
             if self._plain is not None:
                 answer = self._plain.get(url, fields)
@@ -374,6 +404,25 @@ class S3Backend:
             body.close()
             return None
         return status, headers, body
+
+    def signed_url(self, path: str) -> str | None:
+        """The presigned GET URL of ``path`` if one was signed in the last
+        :data:`PRESIGNED_REUSE_S`; None otherwise (signing may need the credential
+        provider's I/O: the event loop asks this, and signs in a thread)."""
+        with self._presigned_lock:
+            return self._presigned.get(self._key(path))
+
+    def presigned_url(self, path: str) -> str:
+        """A presigned GET URL of ``path``, signed once per :data:`PRESIGNED_REUSE_S`."""
+        url = self.signed_url(path)
+        if url is None:
+            key = self._key(path)
+            url = str(self.client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.root.bucket, "Key": key},
+                ExpiresIn=PRESIGNED_EXPIRES_S))
+            with self._presigned_lock:
+                self._presigned[key] = url
+        return url
 
     def still_current(self, info: ObjectInfo) -> bool:
         try:
@@ -431,6 +480,21 @@ class S3Backend:
         return ObjectInfo(path, int(item["Size"]), etag, _mtime_ns(item))
 
 
+def answered_range(
+    path: str, start: int, status: int, headers: Mapping[str, Any]
+) -> tuple[ObjectInfo, int] | None:
+    """The version a store's answer to a GET of one range from ``start`` is of, and
+    where the range stops; None unless it is that range (its Content-Range, its
+    Content-Length) of a version with a strong ETag."""
+    got = parse_content_range(str(headers.get("Content-Range", "")))
+    answer_etag = _strong_etag(headers.get("ETag"))
+    if (status not in (200, 206) or got is None or got.range is None or got.size is None
+            or got.range.start != start or answer_etag is None
+            or _int(headers.get("Content-Length")) != got.range.length):
+        return None
+    return ObjectInfo(path, got.size, answer_etag, _answer_mtime_ns(headers)), got.range.stop
+
+
 def _answer_mtime_ns(headers: Mapping[str, Any]) -> int:
     """An answer's Last-Modified: a datetime (botocore's parse) or the field as sent,
     read as the HTTP-date it is (dateutil's every-format parser costs a chunk fill more
@@ -444,7 +508,7 @@ def _answer_mtime_ns(headers: Mapping[str, Any]) -> int:
     return _mtime_ns({"LastModified": modified})
 
 
-def _fill_request(if_match: str | None, range_value: str | None) -> tuple[str, int] | None:
+def fill_request(if_match: str | None, range_value: str | None) -> tuple[str, int] | None:
     """The version (a strong ETag) and first byte a spoke's chunk fill names; None if
     the request is not one (no ``If-Match``, not one ``bytes=a-b`` range)."""
     etag = _strong_etag(if_match) if if_match and if_match.startswith('"') else None
