@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from loadtest.procs import Process, wait_for_address
 
 # rclone: "Starting s3 server on [http://127.0.0.1:46457/]"; moto: "Running on http://127.0.0.1:40739"
-_ADDRESS = re.compile(r"(?:Starting s3 server on \[|Running on )(http://127\.0\.0\.1:\d+)")
+_ADDRESS = re.compile(r"(?:Starting s3 server on \[|Running on )(https?://127\.0\.0\.1:\d+)")
 
 
 @dataclass
@@ -70,15 +70,18 @@ def _start(command: list[str], name: str, log_dir: str | None, timeout_s: float)
 
 def start_rclone_s3(
     root: str, access_key: str = "hubspoke-test", secret_key: str = "hubspoke-secret",
-    log_dir: str | None = None, timeout_s: float = 20,
+    log_dir: str | None = None, timeout_s: float = 20, tls: tuple[str, str] | None = None,
 ) -> S3Store:
-    """``rclone serve s3`` over ``root``: its folders are the buckets."""
+    """``rclone serve s3`` over ``root``: its folders are the buckets. ``tls``: the
+    certificate chain and key files it serves HTTPS with."""
     command = [
         _tool("rclone"), "serve", "s3", root, "--addr", "127.0.0.1:0",
         "--auth-key", f"{access_key},{secret_key}",
         # No config file is wanted: everything is on the command line.
         "--config", os.devnull,
     ]
+    if tls is not None:
+        command += ["--cert", tls[0], "--key", tls[1]]
     return S3Store(_start(command, "rclone-s3", log_dir, timeout_s), access_key, secret_key)
 
 
