@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 
 from hub.app import make_app as make_hub_app
 from hub.config import HubConfig
@@ -20,6 +21,7 @@ from loadtest.s3_stores import S3Store, start_rclone_s3
 from service.fast import FAST
 from service.runner import start_site
 from tests.hub_s3.store_proxy import StoreProxy
+from tests.security.test_tls import issue
 from tests.support.fast_notes import FastNotes
 from tests.support.servers import RunningServer, start_hub, write_dataset
 
@@ -80,6 +82,20 @@ def bucket(tmp_path: Path) -> Bucket:
 def store(bucket: Bucket, tmp_path: Path) -> Iterator[S3Store]:
     running = start_rclone_s3(str(bucket.store_root), log_dir=str(tmp_path))
     bucket.client = make_client(running.url, running.env(), TIMEOUT_S)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def tls_store(
+    bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S3Store]:
+    """The bucket served by rclone over HTTPS, with a certificate of a test CA that
+    botocore trusts by the standard variable (``AWS_CA_BUNDLE``)."""
+    pki = issue(trustme.CA(), tmp_path / "pki", "127.0.0.1")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(pki.ca_file))
+    running = start_rclone_s3(str(bucket.store_root), log_dir=str(tmp_path),
+                              tls=(str(pki.cert_file), str(pki.key_file)))
     yield running
     running.stop()
 

@@ -1,10 +1,11 @@
 """A chunk fill answered on the hub's store fast path (:mod:`hub.store.fills`) whose
 client hangs up the moment it has it is logged and counted once, like any other; one
-still waiting for a store thread when its client leaves lets go of its socket.
+whose client leaves mid-body, or (from a store reached by TLS) while it still waits for
+a store thread, lets go of every descriptor it held.
 
 As in :mod:`tests.integration.test_hangups`, the hub runs on uvloop and its loop is held
-up while the store thread sends and the client (a process of its own) reads and closes,
-so that the close reaches the loop before the fill's coroutine resumes."""
+up while the answer goes and the client (a process of its own) reads and closes, so
+that the close reaches the loop before the fill's coroutine resumes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from loadtest.s3_stores import S3Store
 from tests.hub_s3.conftest import Bucket, NotedHub, noted_store_hub
 from tests.support.hangups import (
     HUGE,
+    HUGE_BYTES,
     ROUNDS,
     WAIT_S,
     AccessLines,
@@ -29,9 +31,11 @@ from tests.support.hangups import (
     huge,
     logged,
     metrics,
+    open_fds,
     open_sockets,
     stalled_client,
 )
+from tests.support.raw_http import connect, read_response, request
 
 BIG = "ds/big.bin"  # 40 chunks and 7 bytes: a fill of all of it is spliced off the socket
 STORE_THREADS = 2  # the test hub's store threads: few, so that a fill can wait for one
@@ -61,15 +65,43 @@ async def fills_hung_up_on(
                    "hub_client_hangups_total") == [ROUNDS + 1, ROUNDS * size, 0]
 
 
-async def test_a_fill_waiting_for_a_store_thread_lets_go_of_its_socket_on_a_hang_up(
-    bucket: Bucket, store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+async def test_a_fill_its_client_leaves_mid_body_lets_go_of_every_descriptor(
+    bucket: Bucket, store: S3Store, tmp_path: Path,
 ) -> None:
+    huge(bucket.root)
+    target = f"/objects/{HUGE}"
+    async with noted_store_hub(store.url, store, tmp_path) as hub:
+        # A first fill signs the URL and leaves one store connection kept alive; its own
+        # connection stays open, so that nothing but the next fill opens or closes.
+        reader, writer = await connect(hub.url)
+        writer.write(request(target, "Range: bytes=0-9"))
+        assert (await read_response(reader))[2] == bytes(10)
+        assert await hub.took() == [True]
+        before = open_fds()
+        # A fill of all of it, its head read and its body not: the loop waits on the
+        # client's full socket, holding the kept store connection and a pipe.
+        _, stalled = await stalled_client(hub.url, target, f"Range: bytes=0-{HUGE_BYTES - 1}")
+        stalled.close()
+        await stalled.wait_closed()
+        # Its socket's copy and the pipe closed; so is the store connection, cut
+        # mid-body: never kept for another GET, which would read its rest as a head.
+        assert await count_once_back(open_fds, before - 1) == before - 1
+        writer.write(request(target, "Range: bytes=1000-1999"))
+        assert (await read_response(reader))[2] == bytes(1000)
+        assert (await hub.took())[-1] is True
+        writer.close()
+
+
+async def test_a_fill_waiting_for_a_store_thread_lets_go_of_its_socket_on_a_hang_up(
+    bucket: Bucket, tls_store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # From a store reached by TLS, fills go to the store's threads (hub.store.fills).
     huge(bucket.root)
     monkeypatch.setattr(s3, "STORE_CONNECTIONS", STORE_THREADS)
     target = f"/objects/{HUGE}"
     fill = "Range: bytes=0-" + str((48 << 20) - 1)
     stalled = []
-    async with noted_store_hub(store.url, store, tmp_path) as hub:
+    async with noted_store_hub(tls_store.url, tls_store, tmp_path) as hub:
         try:
             # Every store thread busy with a client that does not read.
             for _ in range(STORE_THREADS):

@@ -33,8 +33,8 @@ class FastNotes:
         self.noted.set()
 
     def noting(self, real: FastHandler) -> FastHandler:
-        """``real``, noting each outcome (an answer cancelled by its client's hang-up is
-        noted as not the fast path's: it never ended)."""
+        """``real``, noting each outcome (an answer its client hung up on, cancelled or
+        failing on the socket, is noted as not the fast path's: it never ended)."""
 
         def handler(head: RequestHead, conn: FastConnection
                     ) -> Reply | Awaitable[Reply | None] | None:
@@ -47,7 +47,7 @@ class FastNotes:
             async def later(pending: Awaitable[Reply | None]) -> Reply | None:
                 try:
                     reply = await pending
-                except asyncio.CancelledError:
+                except BaseException:  # cancelled, or the client's side failed
                     self.note(False)
                     raise
                 self.note(reply is not None)
