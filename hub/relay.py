@@ -127,21 +127,29 @@ def _splice(sender: _Sender, store_fd: int, timeout: float | None, count: int) -
     try:
         left = count
         while left:
-            try:
-                n = os.splice(store_fd, write_end, left, flags=_SPLICE)
-            except BlockingIOError:
+            n = _from_store(store_fd, write_end, left)
+            if not n:
                 if not store_poll.poll(None if timeout is None else timeout * 1000):
-                    raise StoreCut("the store stopped sending the body") from None
+                    raise StoreCut("the store stopped sending the body")
                 continue
-            except OSError as exc:
-                raise StoreCut(f"the store cut the body: {exc}") from None
-            if n == 0:
-                raise StoreCut(f"the store's body ended {left} bytes short")
             left -= n
             sender.splice_from(read_end, n)
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def _from_store(store_fd: int, write_end: int, left: int) -> int:
+    """Bytes of the store's body one splice moved into the pipe; 0 when none had come."""
+    try:
+        n = os.splice(store_fd, write_end, left, flags=_SPLICE)
+    except BlockingIOError:
+        return 0
+    except OSError as exc:
+        raise StoreCut(f"the store cut the body: {exc}") from None
+    if n == 0:
+        raise StoreCut(f"the store's body ended {left} bytes short")
+    return n
 
 
 def _pipe() -> tuple[int, int]:
@@ -172,18 +180,13 @@ async def relay_in_loop(
             await sender.write(ahead)
         left = count - len(ahead)
         while left:
-            try:
-                n = os.splice(store_fd, write_end, left, flags=_SPLICE)
-            except BlockingIOError:
+            n = _from_store(store_fd, write_end, left)
+            if not n:
                 try:
                     await readiness(loop, store_fd, timeout_s=store_timeout_s)
                 except TimeoutError:
                     raise StoreCut("the store stopped sending the body") from None
                 continue
-            except OSError as exc:
-                raise StoreCut(f"the store cut the body: {exc}") from None
-            if n == 0:
-                raise StoreCut(f"the store's body ended {left} bytes short")
             left -= n
             await sender.splice_from(read_end, n)
         return sender.body_sent
@@ -226,12 +229,11 @@ def _set_ready(ready: asyncio.Future[None]) -> None:
         ready.set_result(None)
 
 
-class _LoopSender:
-    """:class:`_Sender`'s counterpart in the loop: writes to the client's non-blocking
-    socket, awaiting room in it; ``head`` first, with the body's first bytes."""
+class _Sending:
+    """What a sender to the client's non-blocking socket counts: ``head`` first, then
+    the body's bytes."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock_fd: int, head: bytes) -> None:
-        self.loop = loop
+    def __init__(self, sock_fd: int, head: bytes) -> None:
         self.sock_fd = sock_fd
         self.sent = 0
         self.head = head
@@ -240,6 +242,29 @@ class _LoopSender:
     @property
     def body_sent(self) -> int:
         return max(0, self.sent - self.head_bytes)
+
+    def _attempt(self, attempt: Callable[[], int]) -> int:
+        """Bytes one ``attempt`` moved; 0 when the socket had no room."""
+        try:
+            n = attempt()  # os.write on a socket is send
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            raise ConnectionResetError(f"client went away: {exc}") from None
+        self.sent += n
+        return n
+
+    def _splice_step(self, pipe_fd: int, count: int) -> Callable[[], int]:
+        return functools.partial(os.splice, pipe_fd, self.sock_fd, count, flags=_SPLICE)
+
+
+class _LoopSender(_Sending):
+    """:class:`_Sender`'s counterpart in the loop: awaits room in the socket; the head
+    leaves with the body's first bytes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock_fd: int, head: bytes) -> None:
+        super().__init__(sock_fd, head)
+        self.loop = loop
 
     async def write(self, data: bytes) -> None:
         head, self.head = self.head, b""
@@ -254,42 +279,26 @@ class _LoopSender:
             await self.write(b"")
         done = 0
         while done < count:
-            done += await self._move(
-                functools.partial(os.splice, pipe_fd, self.sock_fd, count - done, flags=_SPLICE))
+            done += await self._move(self._splice_step(pipe_fd, count - done))
 
     async def _move(self, attempt: Callable[[], int]) -> int:
-        while True:
-            try:
-                n = attempt()  # os.write on a socket is send
-            except BlockingIOError:
-                n = 0
-            except OSError as exc:
-                raise ConnectionResetError(f"client went away: {exc}") from None
-            if n:
-                self.sent += n
-                return n
+        while not (n := self._attempt(attempt)):
             try:
                 await readiness(self.loop, self.sock_fd, write=True, timeout_s=STALL_S)
             except TimeoutError:
                 raise ConnectionResetError("client stopped reading") from None
+        return n
 
 
-class _Sender:
+class _Sender(_Sending):
     """Writes to the client's non-blocking socket, waiting (bounded) for room in it;
     ``head`` first, just before the first bytes of the body."""
 
     def __init__(self, sock_fd: int, stop: threading.Event, head: bytes = b"") -> None:
-        self.sock_fd = sock_fd
+        super().__init__(sock_fd, head)
         self.stop = stop
-        self.sent = 0
-        self.head = head
-        self.head_bytes = len(head)
         self.poller = select.poll()
         self.poller.register(sock_fd, select.POLLOUT)
-
-    @property
-    def body_sent(self) -> int:
-        return max(0, self.sent - self.head_bytes)
 
     def _head_first(self) -> None:
         head, self.head = self.head, b""
@@ -310,8 +319,7 @@ class _Sender:
         self._head_first()
         done = 0
         while done < count:
-            done += self._move(
-                functools.partial(os.splice, pipe_fd, self.sock_fd, count - done, flags=_SPLICE))
+            done += self._move(self._splice_step(pipe_fd, count - done))
 
     def _move(self, attempt: Callable[[], int]) -> int:
         """Bytes one ``attempt`` moved, once the socket has room for any."""
@@ -319,14 +327,8 @@ class _Sender:
         while True:
             if self.stop.is_set():
                 raise ConnectionResetError("response abandoned")
-            try:
-                n = attempt()  # os.write on a socket is send
-            except BlockingIOError:
-                n = 0
-            except OSError as exc:
-                raise ConnectionResetError(f"client went away: {exc}") from None
+            n = self._attempt(attempt)
             if n:
-                self.sent += n
                 return n
             if time.monotonic() - progress_at > STALL_S:
                 raise ConnectionResetError("client stopped reading")
