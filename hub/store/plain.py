@@ -223,22 +223,38 @@ class LoopAnswer:
 class LoopGets:
     """GETs of presigned URLs of one plain-HTTP store from the event loop, on
     non-blocking connections kept alive: no thread between a fill's request and its
-    store's answer. A connection goes back (:meth:`done`) only once its body was moved
-    whole; a GET that fails on a kept connection (the store closed it meanwhile) is
-    sent once more on a new one."""
+    store's answer. At most ``most`` are in flight (as many as a thread-sent store's
+    threads); more wait their turn. A connection goes back (:meth:`done`) only once its
+    body was moved whole; a GET that fails on a kept connection (the store closed it
+    meanwhile) is sent once more on a new one."""
 
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, most: int) -> None:
         self.host, self.port, self.timeout_s = host, port, timeout_s
         self._idle: list[socket.socket] = []
+        self._turns = asyncio.Semaphore(most)
 
     @classmethod
-    def for_endpoint(cls, endpoint: str, proxies: object, timeout_s: float) -> LoopGets | None:
+    def for_endpoint(
+        cls, endpoint: str, proxies: object, timeout_s: float, most: int
+    ) -> LoopGets | None:
         at = plain_endpoint(endpoint, proxies)
-        return None if at is None else cls(*at, timeout_s)
+        return None if at is None else cls(*at, timeout_s, most)
 
     async def get(self, url: str, fields: Mapping[str, str]) -> LoopAnswer | None:
         """The head of a GET of ``url`` (presigned: ``Host`` is the one it was signed
-        for), its body not yet read; None if it could not be sent or answered."""
+        for), its body not yet read; None if it could not be sent or answered. An
+        answer holds its turn until :meth:`done`."""
+        await self._turns.acquire()
+        try:
+            answer = await self._get(url, fields)
+        except BaseException:
+            self._turns.release()
+            raise
+        if answer is None:
+            self._turns.release()
+        return answer
+
+    async def _get(self, url: str, fields: Mapping[str, str]) -> LoopAnswer | None:
         parts = urlsplit(url)
         target = f"{parts.path}?{parts.query}" if parts.query else parts.path
         lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}",
@@ -264,6 +280,7 @@ class LoopGets:
     def done(self, answer: LoopAnswer, whole: bool) -> None:
         """Keep ``answer``'s connection if its body was moved ``whole`` and the store
         keeps it alive; close it otherwise."""
+        self._turns.release()
         if whole and answer.keep_alive and len(self._idle) < MAX_IDLE:
             self._idle.append(answer.sock)
         else:

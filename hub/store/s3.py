@@ -70,7 +70,8 @@ MAX_ATTEMPTS = 3
 LIST_PAGE_KEYS = 1000
 # Connections to the store kept open, and threads that wait on its answers: as many
 # reads in flight as connections (an executor of the CPU count's size would cap the
-# reads in flight far lower, each waiting on the store's first byte).
+# reads in flight far lower, each waiting on the store's first byte). The fills the
+# event loop sends itself (hub.store.plain.LoopGets) are held to as many.
 STORE_CONNECTIONS = 64
 # A presigned GET URL is signed for this long and reused for a fraction of it, so
 # it is never sent close to its expiry (or long after the credentials it embeds).
@@ -197,7 +198,7 @@ class S3Backend:
         self._plain = PlainGets.for_endpoint(self.endpoint, config.proxies,
                                              float(config.read_timeout))
         self.loop_gets = LoopGets.for_endpoint(self.endpoint, config.proxies,
-                                               float(config.read_timeout))
+                                               float(config.read_timeout), STORE_CONNECTIONS)
 
     @property
     def executor(self) -> ThreadPoolExecutor:

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import aiohttp
 import msgpack
+import pytest
 
+from hub.store import s3
 from protocol.digests import digest
 from protocol.manifest import decode_manifest
 from spoke.config import SpokeConfig
+from tests.hub_s3 import store_proxy
 from tests.hub_s3.conftest import CHUNK, Bucket, HubFactory
 from tests.hub_s3.store_proxy import StoreProxy
 from tests.support.http import assert_problem, fetch
@@ -265,3 +268,29 @@ async def test_reads_in_flight_are_not_capped_by_the_cpu_count(
     answers = await asyncio.gather(*(fill(i) for i in range(fills)))
     assert answers == [(206, data[i * CHUNK:(i + 1) * CHUNK]) for i in range(fills)]
     assert proxy.faults.most_held == fills
+
+
+async def test_reads_in_flight_are_held_to_the_stores_connections(
+    make_s3_hub: HubFactory, bucket: Bucket, http: aiohttp.ClientSession, proxy: StoreProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    most = 3
+    monkeypatch.setattr(s3, "STORE_CONNECTIONS", most)
+    # The proxy waits for one GET more than the hub may send: then lets the held go.
+    monkeypatch.setattr(store_proxy, "GATHER_S", 1.0)
+    hub = await make_s3_hub()
+    data = bucket.contents["ds/big.bin"]
+    _, headers, _ = await fetch(http, f"{hub.url}/objects/ds/big.bin", method="HEAD")
+    fills = 2 * most
+    proxy.faults.gather = most + 1
+
+    async def fill(i: int) -> tuple[int, bytes]:
+        status, _, body = await fetch(chunks, f"{hub.url}/objects/ds/big.bin", {
+            "Range": f"bytes={i * CHUNK}-{(i + 1) * CHUNK - 1}", "If-Match": headers["ETag"]})
+        return status, body
+
+    # Connections that carry fills only, as a spoke's (the loop sends their GETs).
+    async with aiohttp.ClientSession() as chunks:
+        answers = await asyncio.gather(*(fill(i) for i in range(fills)))
+    assert answers == [(206, data[i * CHUNK:(i + 1) * CHUNK]) for i in range(fills)]
+    assert proxy.faults.most_held == most
