@@ -38,7 +38,7 @@ from tests.support.hangups import (
 from tests.support.raw_http import connect, read_response, request
 
 BIG = "ds/big.bin"  # 40 chunks and 7 bytes: a fill of all of it is spliced off the socket
-STORE_THREADS = 2  # the test hub's store threads: few, so that a fill can wait for one
+STORE_THREADS = 2  # the test hub's turns at the store: few, so that a fill can wait for one
 
 
 def test_a_store_fill_its_client_hung_up_on_at_once_is_logged_and_counted(
@@ -92,27 +92,31 @@ async def test_a_fill_its_client_leaves_mid_body_lets_go_of_every_descriptor(
         writer.close()
 
 
-async def test_a_fill_waiting_for_a_store_thread_lets_go_of_its_socket_on_a_hang_up(
-    bucket: Bucket, tls_store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("store_kind", ["store", "tls_store"])
+async def test_a_fill_waiting_for_its_turn_at_the_store_lets_go_of_its_socket_on_a_hang_up(
+    store_kind: str, bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
-    # From a store reached by TLS, fills go to the store's threads (hub.store.fills).
+    # Fills from a store over plain HTTP wait for a turn of the loop's GETs; from one
+    # reached by TLS, for a store thread (hub.store.fills). As many of either.
     huge(bucket.root)
     monkeypatch.setattr(s3, "STORE_CONNECTIONS", STORE_THREADS)
+    store: S3Store = request.getfixturevalue(store_kind)
     target = f"/objects/{HUGE}"
     fill = "Range: bytes=0-" + str((48 << 20) - 1)
     stalled = []
-    async with noted_store_hub(tls_store.url, tls_store, tmp_path) as hub:
+    async with noted_store_hub(store.url, store, tmp_path) as hub:
         try:
-            # Every store thread busy with a client that does not read.
+            # Every turn taken by a client that does not read.
             for _ in range(STORE_THREADS):
                 stalled.append(await stalled_client(hub.url, target, fill))
             before = open_sockets()
             _, writer = await connect_and_send(hub.url, target, fill)
-            await wait_until_asked(hub, STORE_THREADS + 1)  # its fill waits for a thread
+            await wait_until_asked(hub, STORE_THREADS + 1)  # its fill waits for a turn
             writer.close()
             await writer.wait_closed()
             now = await count_once_back(open_sockets, before)
-            # Its socket, and the copy of it that its store thread would have closed.
+            # Its socket, and the copy of it that its fill would have closed.
             assert now == before
         finally:
             for _, w in stalled:
