@@ -277,7 +277,7 @@ async def test_reads_in_flight_are_held_to_the_stores_connections(
     most = 3
     monkeypatch.setattr(s3, "STORE_CONNECTIONS", most)
     # The proxy waits for one GET more than the hub may send: then lets the held go.
-    monkeypatch.setattr(store_proxy, "GATHER_S", 1.0)
+    monkeypatch.setattr(store_proxy, "GATHER_S", 2.0)
     hub = await make_s3_hub()
     data = bucket.contents["ds/big.bin"]
     _, headers, _ = await fetch(http, f"{hub.url}/objects/ds/big.bin", method="HEAD")
