@@ -100,6 +100,9 @@ class FastStoreFills(FastFront):
     def __init__(self, app: web.Application, backend: FillStore, stats: HubStats) -> None:
         super().__init__(app, stats)
         self.backend = backend
+        # A store the loop reaches itself (plain HTTP) is read from the loop; any other
+        # from a store thread.
+        self._answer = self._fill if backend.loop_gets is None else self._fill_in_loop
         app.on_cleanup.append(self._close_connections)
 
     async def _close_connections(self, _app: web.Application) -> None:
@@ -120,8 +123,7 @@ class FastStoreFills(FastFront):
             return None
         fill = Fill(path, fields.get("if-match"), fields["range"], fields,
                     conn.head_end(head.keep_alive))
-        answer = self._fill if self.backend.loop_gets is None else self._fill_in_loop
-        return self._finish(answer(fill, sock_fd, conn), conn)
+        return self._finish(self._answer(fill, sock_fd, conn), conn)
 
     async def _fill_in_loop(self, fill: Fill, sock_fd: int, conn: FastConnection
                             ) -> Reply | None:

@@ -276,7 +276,7 @@ class S3Backend:
         streaming. Anything else, and any answer but that range (412, 416, 404), goes
         the way of :meth:`open`, whose HEAD lets the hub answer it as for a file.
         """
-        fill = fill_request(if_match, range_value)
+        fill = _fill_request(if_match, range_value)
         if fill is None:
             return self.open(path)
         etag, start = fill
@@ -314,7 +314,7 @@ class S3Backend:
         """A spoke's chunk fill as one presigned GET, its range already streaming; None
         when the request is not one, or the store's answer is not that range (nothing
         else is asked of the store: :meth:`open_for_request` answers those)."""
-        fill = fill_request(if_match, range_value)
+        fill = _fill_request(if_match, range_value)
         if fill is None:
             return None
         etag, start = fill
@@ -329,11 +329,11 @@ class S3Backend:
         span ``[start, stop)`` it carries; None (the answer closed) unless it is the
         range asked for, framed by its Content-Length, of a version with a strong ETag
         (as :meth:`open_fill`). Only a store :attr:`loop_gets` reaches is asked."""
-        fill = fill_request(etag, range_value)
+        fill = _fill_request(etag, range_value)
         if self.loop_gets is None or fill is None:
             return None
         etag, start = fill
-        url = self.signed_url(path)
+        url = self._cached_url(path)
         if url is None:
             url = await asyncio.get_running_loop().run_in_executor(
                 self.executor, self._signed_now, path)
@@ -342,7 +342,7 @@ class S3Backend:
         answer = await self.loop_gets.get(url, {"Range": range_value, "If-Match": etag})
         if answer is None:
             return None
-        answered = answered_range(path, start, answer.status, answer.fields)
+        answered = _answered_range(path, start, answer.status, answer.fields)
         if answered is None or answer.content_length is None \
                 or len(answer.ahead) > answer.content_length:
             answer.finish(whole=False)
@@ -352,7 +352,7 @@ class S3Backend:
 
     def _signed_now(self, path: str) -> str | None:
         try:
-            return self.presigned_url(path)
+            return self._presigned_url(path)
         except (BotoCoreError, ValueError):
             return None
 
@@ -361,7 +361,7 @@ class S3Backend:
     ) -> S3Object | None:
         """The object a GET of one range from ``start`` answered, reading its body;
         None (the body closed) unless it is that range, of a version with a strong ETag."""
-        answered = answered_range(path, start, status, headers)
+        answered = _answered_range(path, start, status, headers)
         if answered is None:
             body.close()
             return None
@@ -388,7 +388,7 @@ class S3Backend:
         if session is None:
             return None
         try:
-            url = self.presigned_url(path)
+            url = self._presigned_url(path)
             fields = {"Range": range_value, "If-Match": etag}
             if self._plain is not None:
                 answer = self._plain.get(url, fields)
@@ -406,16 +406,16 @@ class S3Backend:
             return None
         return status, headers, body
 
-    def signed_url(self, path: str) -> str | None:
+    def _cached_url(self, path: str) -> str | None:
         """The presigned GET URL of ``path`` if one was signed in the last
         :data:`PRESIGNED_REUSE_S`; None otherwise (signing may need the credential
         provider's I/O: the event loop asks this, and signs in a thread)."""
         with self._presigned_lock:
             return self._presigned.get(self._key(path))
 
-    def presigned_url(self, path: str) -> str:
+    def _presigned_url(self, path: str) -> str:
         """A presigned GET URL of ``path``, signed once per :data:`PRESIGNED_REUSE_S`."""
-        url = self.signed_url(path)
+        url = self._cached_url(path)
         if url is None:
             key = self._key(path)
             url = str(self.client.generate_presigned_url(
@@ -481,7 +481,7 @@ class S3Backend:
         return ObjectInfo(path, int(item["Size"]), etag, _mtime_ns(item))
 
 
-def answered_range(
+def _answered_range(
     path: str, start: int, status: int, headers: Mapping[str, Any]
 ) -> tuple[ObjectInfo, int] | None:
     """The version a store's answer to a GET of one range from ``start`` is of, and
@@ -509,7 +509,7 @@ def _answer_mtime_ns(headers: Mapping[str, Any]) -> int:
     return _mtime_ns({"LastModified": modified})
 
 
-def fill_request(if_match: str | None, range_value: str | None) -> tuple[str, int] | None:
+def _fill_request(if_match: str | None, range_value: str | None) -> tuple[str, int] | None:
     """The version (a strong ETag) and first byte a spoke's chunk fill names; None if
     the request is not one (no ``If-Match``, not one ``bytes=a-b`` range)."""
     etag = _strong_etag(if_match) if if_match and if_match.startswith('"') else None
